@@ -1,0 +1,223 @@
+"""Pack blocks into token-bounded chunks, correct by construction.
+
+1. Every block becomes one or more *units* of at most ``budget`` tokens: a block that fits is one unit; a longer
+   one is split at line ends (code, tables, lists), then sentence ends (。！？；.!?), then clause marks (，、,;:),
+   then spaces, then hard at the token limit. Each level only ever makes pieces smaller, and the hard cut always
+   advances at least one character, so splitting terminates.
+2. Units of one section (same heading path) are packed greedily; each new chunk holds at least one unit the
+   previous chunk did not, so packing terminates. Trailing units of the previous chunk are repeated as overlap,
+   never more than ``overlap_tokens``.
+3. Every chunk's embedded text (heading prefix + text) is counted again exactly; one over the limit gives up its
+   last unit to the next chunk. No chunk ever exceeds the model's limit, and nothing is truncated.
+
+Chunk ids hash (doc_id, text sha256, occurrence of that text in the document): an edit early in a document does
+not change the ids, or the vectors, of the chunks after it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, replace
+
+from kbflow.split import Block
+from kbflow.tokens import TokenCounter
+
+CHUNK_VERSION = "1"
+PREFIX_SHARE = 0.25  # a heading prefix may take at most this share of a chunk's budget
+HARD_CUT_WINDOW = 64  # characters per token of budget looked at for a hard cut (a word piece is shorter)
+
+SENTENCE_RE = re.compile(r"(?<=[。！？；．])|(?<=[.!?;])(?=\s)")
+CLAUSE_RE = re.compile(r"(?<=[，、：,:])")
+SPACE_RE = re.compile(r"(?<=\s)(?=\S)")
+LINE_RE = re.compile(r"(?<=\n)")
+
+
+@dataclass(frozen=True)
+class Span:
+    start: int
+    end: int
+    tokens: int
+
+
+@dataclass(frozen=True)
+class Chunk:
+    chunk_id: str
+    ordinal: int
+    text: str
+    embed_text: str
+    heading_path: list[str]
+    char_start: int
+    char_end: int
+    n_tokens: int  # of embed_text, special tokens included
+    text_sha256: str
+    embed_sha256: str
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def chunker_fingerprint(counter: TokenCounter, chunk_tokens: int, overlap_tokens: int, heading_prefix: bool) -> str:
+    return (
+        f"kbflow-chunk-v{CHUNK_VERSION}:tokens={chunk_tokens}:overlap={overlap_tokens}"
+        f":prefix={int(heading_prefix)}:tokenizer={counter.name}"
+    )
+
+
+def _trimmed(text: str, start: int, end: int) -> tuple[int, int]:
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return start, end
+
+
+def _pieces(text: str, start: int, end: int, pattern: re.Pattern) -> list[tuple[int, int]]:
+    cuts = [start] + [start + m.start() for m in pattern.finditer(text[start:end]) if 0 < m.start() < end - start] + [end]
+    spans = [_trimmed(text, a, b) for a, b in zip(cuts, cuts[1:])]
+    return [(a, b) for a, b in spans if b > a]
+
+
+def split_long(text: str, start: int, end: int, budget: int, counter: TokenCounter, kind: str) -> list[Span]:
+    """Units of at most ``budget`` tokens covering every non-space character of ``text[start:end]``, in order."""
+    levels = [SENTENCE_RE, CLAUSE_RE, SPACE_RE]
+    if kind in ("code", "table", "list"):
+        levels = [LINE_RE, *levels]
+    pending = [(start, end, 0)]  # (start, end, next level)
+    units: list[Span] = []
+    while pending:
+        counts = counter.count([text[a:b] for a, b, _ in pending])
+        next_pending: list[tuple[int, int, int]] = []
+        for (a, b, level), n_tokens in zip(pending, counts):
+            if n_tokens <= budget:
+                units.append(Span(a, b, n_tokens))
+            elif level < len(levels):
+                pieces = _pieces(text, a, b, levels[level])
+                next_pending.extend((pa, pb, level + 1) for pa, pb in pieces)
+            else:
+                while a < b:  # hard cut at the token limit, tokenizing a bounded window, not the whole rest
+                    window_end = min(b, a + budget * HARD_CUT_WINDOW)
+                    cut = a + counter.cut(text[a:window_end], budget)
+                    piece_start, piece_end = _trimmed(text, a, cut)
+                    if piece_end > piece_start:
+                        next_pending.append((piece_start, piece_end, level))
+                    a = cut
+        pending = next_pending
+    return sorted(units, key=lambda span: span.start)
+
+
+def heading_prefix_text(heading_path: list[str], counter: TokenCounter, max_tokens: int) -> str:
+    """'A > B > C\\n\\n', dropping leading ancestors until it fits ``max_tokens`` (a prefix is context, not content)."""
+    path = list(heading_path)
+    while path:
+        prefix = " > ".join(path) + "\n\n"
+        if counter.count([prefix])[0] <= max_tokens:
+            return prefix
+        path = path[1:]
+    return ""
+
+
+def _sections(blocks: list[Block]) -> list[list[Block]]:
+    groups: list[list[Block]] = []
+    for block in blocks:
+        if groups and groups[-1][0].heading_path == block.heading_path:
+            groups[-1].append(block)
+        else:
+            groups.append([block])
+    return groups
+
+
+def _pack(units: list[Span], budget: int, overlap_tokens: int) -> list[tuple[int, int]]:
+    """Index ranges [first, last) of units per chunk, overlap included."""
+    ranges: list[tuple[int, int]] = []
+    position = 0
+    while position < len(units):
+        first = position
+        if ranges:  # repeat trailing units of the previous chunk, within the overlap budget
+            prev_first, _ = ranges[-1]
+            carried = 0
+            while first - 1 > prev_first and carried + units[first - 1].tokens <= overlap_tokens:
+                first -= 1
+                carried += units[first].tokens
+            while first < position and carried + units[position].tokens > budget:
+                carried -= units[first].tokens
+                first += 1
+        total = sum(unit.tokens for unit in units[first:position])
+        last = position
+        while last < len(units) and (last == position or total + units[last].tokens <= budget):
+            total += units[last].tokens
+            last += 1
+        ranges.append((first, last))
+        position = last
+    return ranges
+
+
+def chunk_document(
+    doc_id: str,
+    markdown: str,
+    blocks: list[Block],
+    counter: TokenCounter,
+    chunk_tokens: int,
+    overlap_tokens: int,
+    heading_prefix: bool,
+) -> list[Chunk]:
+    content_budget = chunk_tokens - counter.special_tokens
+    chunks: list[Chunk] = []
+    occurrences: dict[str, int] = {}
+    for section in _sections(blocks):
+        path = section[0].heading_path
+        prefix = heading_prefix_text(path, counter, int(content_budget * PREFIX_SHARE)) if heading_prefix else ""
+        budget = content_budget - (counter.count([prefix])[0] if prefix else 0)
+        units: list[Span] = []
+        counts = counter.count([markdown[b.char_start : b.char_end] for b in section])
+        for block, n_tokens in zip(section, counts):
+            start, end = _trimmed(markdown, block.char_start, block.char_end)
+            if end <= start:
+                continue
+            if n_tokens <= budget:
+                units.append(Span(start, end, n_tokens))
+            else:
+                units.extend(split_long(markdown, start, end, budget, counter, block.kind))
+        for first, last in _fit(units, budget, overlap_tokens, markdown, prefix, counter, content_budget):
+            start, end = units[first].start, units[last - 1].end
+            text = markdown[start:end]
+            embed_text = prefix + text
+            text_sha = sha256_text(text)
+            occurrence = occurrences.get(text_sha, 0)
+            occurrences[text_sha] = occurrence + 1
+            chunks.append(
+                Chunk(
+                    chunk_id=hashlib.sha256(f"{doc_id}\x00{text_sha}\x00{occurrence}".encode()).hexdigest()[:32],
+                    ordinal=len(chunks),
+                    text=text,
+                    embed_text=embed_text,
+                    heading_path=list(path),
+                    char_start=start,
+                    char_end=end,
+                    n_tokens=0,
+                    text_sha256=text_sha,
+                    embed_sha256=sha256_text(embed_text),
+                )
+            )
+    exact = counter.count([chunk.embed_text for chunk in chunks])
+    return [replace(chunk, n_tokens=n + counter.special_tokens) for chunk, n in zip(chunks, exact)]
+
+
+def _fit(units, budget, overlap_tokens, markdown, prefix, counter, content_budget) -> list[tuple[int, int]]:
+    """Pack, then count each chunk's real embedded text; give up a chunk's last unit while it is over the limit."""
+    ranges = _pack(units, budget, overlap_tokens)
+    while True:
+        texts = [prefix + markdown[units[a].start : units[b - 1].end] for a, b in ranges]
+        over = [i for i, n in enumerate(counter.count(texts)) if n > content_budget]
+        if not over:
+            return ranges
+        fixed: list[tuple[int, int]] = []
+        for i, (first, last) in enumerate(ranges):
+            if i in over and last - first > 1:
+                fixed.extend([(first, last - 1), (last - 1, last)])
+            else:
+                fixed.append((first, last))
+        if fixed == ranges:  # single units over the limit cannot happen: each was counted alone
+            raise AssertionError(f"chunk over the token limit that cannot be split further: {texts[over[0]][:80]!r}")
+        ranges = fixed

@@ -1,0 +1,129 @@
+"""Typed configuration, validated once at load. A bad value names the field and the fix."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from kbflow.errors import ConfigError
+
+NAMESPACE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ConvertConfig(_Section):
+    workers: int = Field(1, ge=1, le=64, description="Processes converting files in parallel (1 = in the flow's process).")
+    max_file_mb: float = Field(50.0, gt=0, description="Files larger than this are recorded as failures, not converted.")
+    timeout_s: float = Field(120.0, gt=0, description="Per-file conversion time limit, in seconds (enforced when workers > 1).")
+    include: list[str] = Field(default_factory=lambda: ["*"], description="Glob patterns of file names to ingest.")
+    exclude: list[str] = Field(
+        default_factory=lambda: [".*", "*~", "*.tmp", "Thumbs.db"],
+        description="Glob patterns of file or folder names to skip (hidden files by default).",
+    )
+
+
+class ChunkConfig(_Section):
+    chunk_tokens: int | None = Field(
+        None,
+        ge=16,
+        description="Most tokens a chunk may hold, heading prefix and special tokens included. "
+        "Empty means what the embedding model can read (256 word pieces for all-MiniLM-L6-v2).",
+    )
+    overlap_tokens: int = Field(32, ge=0, description="Tokens of trailing context repeated at the start of the next chunk of a section.")
+    heading_prefix: bool = Field(
+        True, description="Embed 'heading path: text' while storing the text alone, so a chunk carries its section title."
+    )
+
+
+class EmbedderConfig(_Section):
+    backend: Literal["local"] = Field("local", description="Embedding backend. 'local' runs sentence-transformers offline.")
+    model_path: str | None = Field(
+        None, description="Folder of a sentence-transformers model. Empty means the packaged all-MiniLM-L6-v2."
+    )
+    batch_size: int = Field(64, ge=1, le=4096, description="Texts per model forward pass.")
+    task_batch: int = Field(512, ge=1, description="Texts per embed task run: the unit that is retried and cached.")
+    device: str = Field("cpu", description="Torch device for the local model ('cpu', 'cuda').")
+    retries: int = Field(3, ge=0, le=20, description="Retries of a failed embed batch on transient errors.")
+    retry_backoff_s: float = Field(2.0, ge=0, description="First retry delay; doubled each attempt, with jitter.")
+
+
+class StoreConfig(_Section):
+    kind: Literal["lancedb"] = Field("lancedb", description="Vector store. LanceDB is embedded under the data dir.")
+    uri: str | None = Field(None, description="LanceDB location. Empty means '<data_dir>/lancedb'.")
+
+
+class FlowConfig(_Section):
+    doc_batch: int = Field(100, ge=1, description="Documents per convert/split/chunk/upsert task run.")
+    max_workers: int = Field(2, ge=1, le=64, description="Threads of the Prefect task runner.")
+    keep_runs: int = Field(20, ge=1, description="Run snapshot folders kept per namespace; older ones are pruned.")
+    cache_days: float = Field(7.0, gt=0, description="Days a cached stage result stays valid; older result files are pruned.")
+    max_delete_fraction: float = Field(
+        0.3, ge=0, le=1, description="Refuse a run that would delete more than this share of a namespace's documents."
+    )
+
+
+class SearchConfig(_Section):
+    limit: int = Field(5, ge=1, le=1000, description="Hits returned by default.")
+    min_score: float = Field(0.0, ge=-1, le=1, description="Cosine similarity below which hits are dropped.")
+
+
+class KbConfig(_Section):
+    data_dir: Path = Field(Path("data"), description="Where snapshots, state, stores and Prefect results live.")
+    namespace: str = Field("default", description="Namespace ingested and searched when none is given.")
+    sources: list[str] = Field(default_factory=list, description="Files and folders ingested when none are given.")
+    convert: ConvertConfig = Field(default_factory=ConvertConfig)
+    chunking: ChunkConfig = Field(default_factory=ChunkConfig)
+    embedder: EmbedderConfig = Field(default_factory=EmbedderConfig)
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    flow: FlowConfig = Field(default_factory=FlowConfig)
+    search: SearchConfig = Field(default_factory=SearchConfig)
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace_ok(cls, value: str) -> str:
+        return check_namespace(value)
+
+
+def check_namespace(name: str) -> str:
+    if not NAMESPACE_RE.match(name):
+        raise ConfigError(
+            f"namespace {name!r} is invalid: use 1-64 letters, digits, '_' or '-', starting with a letter or digit"
+        )
+    return name
+
+
+def load_config(path: str | Path | None = None, **overrides: object) -> KbConfig:
+    """Load a YAML config (or the defaults), apply non-None overrides, validate once.
+
+    ``KBFLOW_DATA_DIR`` in the environment overrides ``data_dir`` unless an explicit override is given.
+    """
+    raw: dict = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {str(path)!r} does not exist: pass an existing YAML file to --config")
+        try:
+            raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {str(path)!r} is not valid YAML: {exc}") from exc
+        if not isinstance(raw, dict):
+            raise ConfigError(f"config file {str(path)!r} must hold a mapping at the top level")
+    if os.environ.get("KBFLOW_DATA_DIR") and overrides.get("data_dir") is None:
+        raw["data_dir"] = os.environ["KBFLOW_DATA_DIR"]
+    raw.update({key: value for key, value in overrides.items() if value is not None})
+    try:
+        return KbConfig.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']} (got {err.get('input')!r})" for err in exc.errors()
+        )
+        where = f" in {str(path)!r}" if path else ""
+        raise ConfigError(f"invalid configuration{where}: {problems}") from None

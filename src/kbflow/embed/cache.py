@@ -1,0 +1,77 @@
+"""The vector cache: one LanceDB table per model, rows (embed_sha256, model_id, vector).
+
+A chunk whose embedded text was seen before, in any document, run or namespace, is never embedded again.
+Lookups are bulk (``IN`` filters of a few hundred keys), never one query per chunk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import lancedb
+import numpy as np
+import pyarrow as pa
+
+from kbflow.schemas import vectors_schema
+from kbflow.stores.lancedb_store import IN_LIST_MAX, open_table_or_none, sql_list
+
+
+class VectorCache:
+    def __init__(self, uri: str | Path, model_id: str, dimension: int):
+        Path(uri).mkdir(parents=True, exist_ok=True)
+        self.model_id = model_id
+        self.dimension = dimension
+        self.schema = vectors_schema(dimension)
+        self.table_name = "vectors_" + hashlib.sha256(model_id.encode()).hexdigest()[:16]
+        self._db = lancedb.connect(str(uri))
+        self._table = None
+
+    @property
+    def table(self):
+        if self._table is None:
+            self._table = self._db.create_table(self.table_name, schema=self.schema, exist_ok=True)
+        return self._table
+
+    def _exists(self) -> bool:
+        if self._table is None:
+            self._table = open_table_or_none(self._db, self.table_name)
+        return self._table is not None
+
+    def lookup(self, keys: list[str]) -> dict[str, np.ndarray]:
+        """Vectors for the keys that are cached; absent keys are simply missing from the result."""
+        found: dict[str, np.ndarray] = {}
+        unique = sorted(set(keys))
+        if not unique or not self._exists():
+            return found
+        for start in range(0, len(unique), IN_LIST_MAX):
+            part = unique[start : start + IN_LIST_MAX]
+            rows = (
+                self.table.search()
+                .where(f"embed_sha256 IN ({sql_list(part)})")
+                .select(["embed_sha256", "vector"])
+                .limit(None)
+                .to_arrow()
+            )
+            if rows.num_rows:
+                vectors = rows.column("vector").combine_chunks().values.to_numpy().reshape(-1, self.dimension)
+                for key, vector in zip(rows.column("embed_sha256").to_pylist(), vectors):
+                    found.setdefault(key, vector)
+        return found
+
+    def add(self, keys: list[str], vectors: np.ndarray) -> None:
+        if not keys:
+            return
+        flat = pa.array(np.asarray(vectors, dtype=np.float32).reshape(-1), pa.float32())
+        table = pa.Table.from_arrays(
+            [
+                pa.array(keys, pa.string()),
+                pa.array([self.model_id] * len(keys), pa.string()),
+                pa.FixedSizeListArray.from_arrays(flat, self.dimension),
+            ],
+            schema=self.schema,
+        )
+        self.table.add(table)
+
+    def count(self) -> int:
+        return self.table.count_rows() if self._exists() else 0

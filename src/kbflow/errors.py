@@ -1,0 +1,52 @@
+"""One error hierarchy. Retries are driven by the class, never by message text."""
+
+from __future__ import annotations
+
+
+class KbflowError(Exception):
+    """Base of every error kbflow raises on purpose. Messages quote the bad value and name the fix."""
+
+    transient = False
+
+
+class TransientError(KbflowError):
+    """Worth retrying: timeouts, connection resets, HTTP 429 and 5xx."""
+
+    transient = True
+
+    def __init__(self, message: str, retry_after: float | None = None):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class PermanentError(KbflowError):
+    """Retrying cannot help: bad input, bad key, wrong dimension."""
+
+
+class ConfigError(PermanentError):
+    """The configuration is invalid; the message names the field and the fix."""
+
+
+class ConversionError(PermanentError):
+    """A source file could not be turned into Markdown."""
+
+
+class EmbeddingError(PermanentError):
+    """The embedder returned something unusable (wrong shape, NaN, zero vector)."""
+
+
+class ModelMismatchError(PermanentError):
+    """A namespace was created with one embedding model and is used with another."""
+
+
+class DeletionGuardError(PermanentError):
+    """A run would delete more of a namespace than the configured share allows."""
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True when ``exc`` (or the error it wraps) is marked transient."""
+    while exc is not None:
+        if isinstance(exc, KbflowError):
+            return exc.transient
+        exc = exc.__cause__
+    return False

@@ -1,0 +1,70 @@
+"""One writer per namespace: a lock file with owner and start time, taken over when its owner died."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+from kbflow.errors import KbflowError
+
+
+class NamespaceLocked(KbflowError):
+    """Another live run holds the namespace."""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class NamespaceLock:
+    def __init__(self, state_root: Path, namespace: str):
+        self.path = Path(state_root) / "ingest.lock"
+        self.namespace = namespace
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        owner = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
+        for _ in range(2):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                holder = self._holder()
+                same_host = holder.get("host") == socket.gethostname()
+                if holder and same_host and not _alive(int(holder.get("pid", 0))):
+                    self.path.unlink(missing_ok=True)  # its owner died: take over
+                    continue
+                started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(holder.get("started", 0)))
+                raise NamespaceLocked(
+                    f"namespace {self.namespace!r} is being ingested by pid {holder.get('pid')} on "
+                    f"{holder.get('host')} since {started}; wait for it, or remove {self.path} if that run is gone"
+                ) from None
+            with os.fdopen(fd, "w") as handle:
+                json.dump(owner, handle)
+            return
+        raise NamespaceLocked(f"could not take the lock {self.path}; another run raced for it, try again")
+
+    def _holder(self) -> dict:
+        try:
+            return json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+
+    def release(self) -> None:
+        if self._holder().get("pid") == os.getpid():
+            self.path.unlink(missing_ok=True)
+
+    def __enter__(self):
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc):
+        self.release()

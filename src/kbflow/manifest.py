@@ -1,0 +1,79 @@
+"""A namespace's state under ``<data_dir>/state/<namespace>/``: its model, its manifest, its last run.
+
+The manifest lists what the store holds per document. It is written after the store write succeeded, so a crash
+between the two leaves a manifest that is behind the store, never ahead: the next run redoes that document,
+idempotently.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kbflow.errors import ModelMismatchError
+from kbflow.schemas import MANIFEST
+from kbflow.snapshots import read_table, write_table
+
+
+def _write_json(path: Path, payload: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp-kbflow")
+    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+class NamespaceState:
+    def __init__(self, data_dir: str | Path, namespace: str):
+        self.namespace = namespace
+        self.root = Path(data_dir) / "state" / namespace
+        self.manifest_path = self.root / "manifest.parquet"
+        self.meta_path = self.root / "namespace.json"
+        self.last_run_path = self.root / "last_run.json"
+
+    # -- model ----------------------------------------------------------------
+    def meta(self) -> dict | None:
+        return json.loads(self.meta_path.read_text(encoding="utf-8")) if self.meta_path.exists() else None
+
+    def check_model(self, model_id: str, dimension: int) -> None:
+        """A namespace keeps one model for life; using another is an error, never padding or cutting vectors."""
+        meta = self.meta()
+        if meta and (meta["model_id"] != model_id or meta["dimension"] != dimension):
+            raise ModelMismatchError(
+                f"namespace {self.namespace!r} holds vectors of {meta['model_id']} (dim {meta['dimension']}), "
+                f"but the configured embedder is {model_id} (dim {dimension}); configure the namespace's model, "
+                f"use another namespace, or clear this one with `kbflow clear --namespace {self.namespace} --yes`"
+            )
+
+    def record_model(self, model_id: str, dimension: int) -> None:
+        if self.meta() is None:
+            created = datetime.now(timezone.utc).isoformat()
+            _write_json(self.meta_path, {"model_id": model_id, "dimension": dimension, "created": created})
+
+    # -- manifest -------------------------------------------------------------
+    def read_manifest(self) -> pa.Table:
+        return read_table(self.manifest_path, MANIFEST)
+
+    def update_manifest(self, replaced: pa.Table, removed_doc_ids: list[str]) -> pa.Table:
+        """Drop the rows of replaced and removed documents, add ``replaced``; write atomically."""
+        current = self.read_manifest()
+        drop = pa.array(list(set(replaced.column("doc_id").to_pylist()) | set(removed_doc_ids)), pa.string())
+        kept = current.filter(pc.invert(pc.is_in(current.column("doc_id"), value_set=drop)))
+        updated = pa.concat_tables([kept, replaced.select(MANIFEST.names).cast(MANIFEST)]).sort_by("source_path")
+        write_table(updated, self.manifest_path, MANIFEST)
+        return updated
+
+    # -- runs -----------------------------------------------------------------
+    def last_run(self) -> dict | None:
+        return json.loads(self.last_run_path.read_text(encoding="utf-8")) if self.last_run_path.exists() else None
+
+    def record_run(self, summary: dict) -> None:
+        _write_json(self.last_run_path, summary)
+
+    def clear(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)

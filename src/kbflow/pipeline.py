@@ -1,0 +1,170 @@
+"""The stages as pure functions over Arrow tables. ``tasks/`` wraps each as a cached, retryable Prefect task."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from kbflow.chunk import chunk_document
+from kbflow.config import ChunkConfig
+from kbflow.convert import converter_fingerprint
+from kbflow.errors import ConfigError, DeletionGuardError
+from kbflow.scan import SourceFile
+from kbflow.schemas import CHUNKS, FAILURES, MANIFEST, PLAN, SECTIONS, store_schema
+from kbflow.split import Block, split_markdown
+from kbflow.tokens import TokenCounter
+
+
+@dataclass
+class Fingerprints:
+    converter: str
+    chunker: str
+    model_id: str
+
+
+@dataclass
+class Plan:
+    new: list[SourceFile] = field(default_factory=list)
+    changed: list[SourceFile] = field(default_factory=list)
+    unchanged: list[SourceFile] = field(default_factory=list)
+    removed: list[dict] = field(default_factory=list)  # manifest rows
+
+    @property
+    def todo(self) -> list[SourceFile]:
+        return self.new + self.changed
+
+    def counts(self) -> dict[str, int]:
+        return {key: len(getattr(self, key)) for key in ("new", "changed", "unchanged", "removed")}
+
+    def table(self) -> pa.Table:
+        rows = [
+            {"doc_id": s.doc_id, "source_path": s.source_path, "action": action, "source_sha256": s.source_sha256}
+            for action in ("new", "changed", "unchanged")
+            for s in getattr(self, action)
+        ]
+        rows += [{"doc_id": r["doc_id"], "source_path": r["source_path"], "action": "removed",
+                  "source_sha256": r["source_sha256"]} for r in self.removed]
+        return pa.Table.from_pylist(rows, schema=PLAN)
+
+
+def make_plan(scanned: list[SourceFile], manifest: pa.Table, fingerprints: Fingerprints, force: bool = False,
+              track_removals: bool = True) -> Plan:
+    """Sort scanned files into new / changed / unchanged; manifest files no longer scanned are removed."""
+    stored = {row["doc_id"]: row for row in manifest.to_pylist()}
+    plan = Plan()
+    for source in scanned:
+        row = stored.get(source.doc_id)
+        if row is None:
+            plan.new.append(source)
+        elif force or (row["source_sha256"], row["converter"], row["chunker"], row["model_id"]) != (
+            source.source_sha256, fingerprints.converter, fingerprints.chunker, fingerprints.model_id
+        ):
+            plan.changed.append(source)
+        else:
+            plan.unchanged.append(source)
+    if track_removals:
+        seen = {source.doc_id for source in scanned}
+        plan.removed = [row for row in stored.values() if row["origin"] == "file" and row["doc_id"] not in seen]
+    return plan
+
+
+def check_deletion_guard(plan: Plan, stored_documents: int, max_fraction: float, allow_mass_delete: bool) -> None:
+    if allow_mass_delete or not plan.removed or stored_documents == 0:
+        return
+    share = len(plan.removed) / stored_documents
+    if share > max_fraction:
+        raise DeletionGuardError(
+            f"this run would delete {len(plan.removed)} of {stored_documents} documents ({share:.0%}), more than "
+            f"flow.max_delete_fraction ({max_fraction:.0%}); is a source folder missing or unmounted? "
+            "Check the sources, or pass --allow-mass-delete to delete them"
+        )
+
+
+def split_documents(documents: pa.Table) -> pa.Table:
+    rows = []
+    for doc in documents.filter(pa.compute.equal(documents.column("status"), "ok")).to_pylist():
+        markdown = doc["markdown"]
+        for ordinal, block in enumerate(split_markdown(markdown)):
+            rows.append({
+                "doc_id": doc["doc_id"], "ordinal": ordinal, "heading_path": block.heading_path,
+                "text": markdown[block.char_start:block.char_end], "char_start": block.char_start,
+                "char_end": block.char_end, "kind": block.kind,
+            })
+    return pa.Table.from_pylist(rows, schema=SECTIONS)
+
+
+def resolve_chunk_tokens(config: ChunkConfig, model_max_tokens: int, model_id: str) -> int:
+    if config.chunk_tokens is None:
+        return model_max_tokens
+    if config.chunk_tokens > model_max_tokens:
+        raise ConfigError(
+            f"chunking.chunk_tokens is {config.chunk_tokens}, but {model_id} reads at most {model_max_tokens} tokens; "
+            f"longer chunks would be truncated. Set chunking.chunk_tokens to {model_max_tokens} or less, or leave it empty"
+        )
+    if config.overlap_tokens >= config.chunk_tokens // 2:
+        raise ConfigError(
+            f"chunking.overlap_tokens ({config.overlap_tokens}) must be under half of chunk_tokens ({config.chunk_tokens})"
+        )
+    return config.chunk_tokens
+
+
+def chunk_documents(documents: pa.Table, sections: pa.Table, counter: TokenCounter, chunk_tokens: int,
+                    config: ChunkConfig, chunker: str) -> pa.Table:
+    by_doc: dict[str, list[Block]] = {}
+    for row in sections.to_pylist():
+        by_doc.setdefault(row["doc_id"], []).append(
+            Block(row["kind"], row["char_start"], row["char_end"], row["heading_path"]))
+    rows = []
+    for doc in documents.filter(pa.compute.equal(documents.column("status"), "ok")).to_pylist():
+        chunks = chunk_document(doc["doc_id"], doc["markdown"], by_doc.get(doc["doc_id"], []), counter,
+                                chunk_tokens, config.overlap_tokens, config.heading_prefix)
+        for chunk in chunks:
+            row = asdict(chunk)
+            embed_text = row.pop("embed_text")
+            row["embed_prefix"] = embed_text[: len(embed_text) - len(chunk.text)]
+            rows.append({**row, "doc_id": doc["doc_id"], "chunker": chunker})
+    return pa.Table.from_pylist(rows, schema=CHUNKS)
+
+
+def embed_inputs(chunks: pa.Table) -> tuple[list[str], list[str]]:
+    """Unique (embed_sha256, text the model reads) pairs of a chunks table, in first-seen order."""
+    seen: dict[str, str] = {}
+    for key, prefix, text in zip(chunks.column("embed_sha256").to_pylist(), chunks.column("embed_prefix").to_pylist(),
+                                 chunks.column("text").to_pylist()):
+        seen.setdefault(key, prefix + text)
+    return list(seen), list(seen.values())
+
+
+def store_rows(chunks: pa.Table, source_paths: dict[str, str], vectors: dict[str, np.ndarray], dimension: int) -> pa.Table:
+    """Rows for the store; every chunk must have its vector (the caller drops documents that lack one)."""
+    flat = np.stack([vectors[key] for key in chunks.column("embed_sha256").to_pylist()]).astype(np.float32) \
+        if chunks.num_rows else np.zeros((0, dimension), np.float32)
+    columns = {name: chunks.column(name) for name in ("chunk_id", "doc_id", "ordinal", "heading_path", "text",
+                                                        "char_start", "char_end", "n_tokens", "embed_sha256")}
+    columns["source_path"] = pa.array([source_paths[d] for d in chunks.column("doc_id").to_pylist()], pa.string())
+    columns["vector"] = pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1), pa.float32()), dimension)
+    schema = store_schema(dimension)
+    return pa.table([columns[name] for name in schema.names], schema=schema)
+
+
+def manifest_rows(documents: list[dict], chunks: pa.Table, fingerprints: Fingerprints, run_id: str) -> pa.Table:
+    ids_by_doc: dict[str, list[str]] = {}
+    for doc_id, chunk_id in zip(chunks.column("doc_id").to_pylist(), chunks.column("chunk_id").to_pylist()):
+        ids_by_doc.setdefault(doc_id, []).append(chunk_id)
+    rows = [{
+        "doc_id": doc["doc_id"], "source_path": doc["source_path"], "origin": doc.get("origin", "file"),
+        "source_sha256": doc["source_sha256"], "converter": fingerprints.converter, "chunker": fingerprints.chunker,
+        "model_id": fingerprints.model_id, "chunk_ids": ids_by_doc.get(doc["doc_id"], []), "run_id": run_id,
+    } for doc in documents]
+    return pa.Table.from_pylist(rows, schema=MANIFEST)
+
+
+def failure_rows(rows: list[dict]) -> pa.Table:
+    defaults = {"doc_id": None, "source_path": None, "chunk_ids": [], "attempts": 1}
+    return pa.Table.from_pylist([{**defaults, **row} for row in rows], schema=FAILURES)
+
+
+__all__ = ["Fingerprints", "Plan", "make_plan", "check_deletion_guard", "split_documents", "chunk_documents",
+           "resolve_chunk_tokens", "embed_inputs", "store_rows", "manifest_rows", "failure_rows", "converter_fingerprint"]

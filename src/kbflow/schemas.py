@@ -1,0 +1,117 @@
+"""Arrow schemas of every snapshot table. Bump SCHEMA_VERSION when a schema changes."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+SCHEMA_VERSION = "1"
+
+DOCUMENTS = pa.schema(
+    [
+        ("doc_id", pa.string()),
+        ("source_path", pa.string()),  # relative, stable: '<root folder name>/<path inside it>' or 'text:<id>'
+        ("abs_path", pa.string()),
+        ("source_sha256", pa.string()),
+        ("size", pa.int64()),
+        ("mtime", pa.float64()),
+        ("mime", pa.string()),
+        ("converter", pa.string()),
+        ("markdown", pa.large_string()),
+        ("status", pa.string()),  # ok | failed
+        ("error", pa.string()),
+    ]
+)
+
+SECTIONS = pa.schema(
+    [
+        ("doc_id", pa.string()),
+        ("ordinal", pa.int32()),
+        ("heading_path", pa.list_(pa.string())),
+        ("text", pa.large_string()),
+        ("char_start", pa.int64()),
+        ("char_end", pa.int64()),
+        ("kind", pa.string()),  # paragraph | code | table | list | heading
+    ]
+)
+
+CHUNKS = pa.schema(
+    [
+        ("chunk_id", pa.string()),
+        ("doc_id", pa.string()),
+        ("ordinal", pa.int32()),
+        ("text", pa.large_string()),
+        ("heading_path", pa.list_(pa.string())),
+        ("char_start", pa.int64()),
+        ("char_end", pa.int64()),
+        ("n_tokens", pa.int32()),  # tokens of the embedded text, special tokens included
+        ("text_sha256", pa.string()),  # of the stored text
+        ("embed_prefix", pa.string()),  # heading context the model reads before the text (not stored in the text)
+        ("embed_sha256", pa.string()),  # of embed_prefix + text, what the model reads: the vector cache key
+        ("chunker", pa.string()),
+    ]
+)
+
+
+def vectors_schema(dim: int) -> pa.Schema:
+    return pa.schema(
+        [
+            ("embed_sha256", pa.string()),
+            ("model_id", pa.string()),
+            ("vector", pa.list_(pa.float32(), dim)),
+        ]
+    )
+
+
+FAILURES = pa.schema(
+    [
+        ("stage", pa.string()),
+        ("doc_id", pa.string()),
+        ("source_path", pa.string()),
+        ("chunk_ids", pa.list_(pa.string())),
+        ("error_type", pa.string()),
+        ("message", pa.string()),
+        ("attempts", pa.int32()),
+    ]
+)
+
+MANIFEST = pa.schema(
+    [
+        ("doc_id", pa.string()),
+        ("source_path", pa.string()),
+        ("origin", pa.string()),  # file | text: only 'file' documents are removed when they vanish from the sources
+        ("source_sha256", pa.string()),
+        ("converter", pa.string()),
+        ("chunker", pa.string()),
+        ("model_id", pa.string()),
+        ("chunk_ids", pa.list_(pa.string())),
+        ("run_id", pa.string()),
+    ]
+)
+
+PLAN = pa.schema(
+    [
+        ("doc_id", pa.string()),
+        ("source_path", pa.string()),
+        ("action", pa.string()),  # new | changed | unchanged | removed
+        ("source_sha256", pa.string()),
+    ]
+)
+
+
+def store_schema(dim: int) -> pa.Schema:
+    """Rows of a namespace's chunk table in the store."""
+    return pa.schema(
+        [
+            ("chunk_id", pa.string()),
+            ("doc_id", pa.string()),
+            ("source_path", pa.string()),
+            ("ordinal", pa.int32()),
+            ("heading_path", pa.list_(pa.string())),
+            ("text", pa.large_string()),
+            ("char_start", pa.int64()),
+            ("char_end", pa.int64()),
+            ("n_tokens", pa.int32()),
+            ("embed_sha256", pa.string()),
+            ("vector", pa.list_(pa.float32(), dim)),
+        ]
+    )

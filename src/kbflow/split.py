@@ -1,0 +1,120 @@
+"""Split Markdown into blocks (paragraph, code, table, list, heading) with heading paths and exact offsets.
+
+Offsets are indices into the converted Markdown string: ``markdown[char_start:char_end] == text``.
+A heading inside a code fence is code, not a heading.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+SPLIT_VERSION = "1"
+
+FENCE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+ATX_RE = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
+SETEXT_RE = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
+TABLE_RE = re.compile(r"^ {0,3}\|")
+LIST_RE = re.compile(r"^ {0,3}(?:[-*+]|\d{1,9}[.)])(?:[ \t]|$)")
+
+
+@dataclass
+class Block:
+    kind: str
+    char_start: int
+    char_end: int
+    heading_path: list[str] = field(default_factory=list)
+
+
+def _lines(markdown: str):
+    """(start, end-without-newline, line text) for every line."""
+    position = 0
+    for line in markdown.splitlines(keepends=True):
+        stripped = line.rstrip("\r\n")
+        yield position, position + len(stripped), stripped
+        position += len(line)
+
+
+def split_markdown(markdown: str) -> list[Block]:
+    lines = list(_lines(markdown))
+    blocks: list[Block] = []
+    path: list[tuple[int, str]] = []  # (level, title)
+
+    def heading_path() -> list[str]:
+        return [title for _, title in path]
+
+    def set_heading(level: int, title: str) -> None:
+        while path and path[-1][0] >= level:
+            path.pop()
+        path.append((level, title.strip() or f"(h{level})"))
+
+    i, n = 0, len(lines)
+    while i < n:
+        start, end, text = lines[i]
+        if not text.strip():
+            i += 1
+            continue
+        fence = FENCE_RE.match(text)
+        if fence:
+            marker = fence.group(1)
+            j = i + 1
+            closing = re.compile(rf"^ {{0,3}}{re.escape(marker[0])}{{{len(marker)},}}[ \t]*$")
+            while j < n and not closing.match(lines[j][2]):
+                j += 1
+            last = min(j, n - 1)
+            blocks.append(Block("code", start, lines[last][1], heading_path()))
+            i = last + 1
+            continue
+        atx = ATX_RE.match(text)
+        if atx:
+            set_heading(len(atx.group(1)), atx.group(2) or "")
+            blocks.append(Block("heading", start, end, heading_path()))
+            i += 1
+            continue
+        if TABLE_RE.match(text):
+            j = i
+            while j + 1 < n and TABLE_RE.match(lines[j + 1][2]):
+                j += 1
+            blocks.append(Block("table", start, lines[j][1], heading_path()))
+            i = j + 1
+            continue
+        if LIST_RE.match(text):
+            j = i
+            while j + 1 < n:
+                nxt = lines[j + 1][2]
+                if nxt.strip() and not FENCE_RE.match(nxt) and not ATX_RE.match(nxt):
+                    j += 1
+                    continue
+                # a blank line ends the list unless the list goes on after it
+                k = j + 1
+                while k < n and not lines[k][2].strip():
+                    k += 1
+                if k < n and k > j + 1 and (LIST_RE.match(lines[k][2]) or lines[k][2].startswith(("  ", "\t"))):
+                    j = k
+                    continue
+                break
+            blocks.append(Block("list", start, lines[j][1], heading_path()))
+            i = j + 1
+            continue
+        # paragraph: runs until a blank line or the start of another block; a setext underline makes it a heading
+        j = i
+        setext_level = 0
+        while j + 1 < n:
+            nxt = lines[j + 1][2]
+            if not nxt.strip() or FENCE_RE.match(nxt) or ATX_RE.match(nxt) or TABLE_RE.match(nxt):
+                break
+            if SETEXT_RE.match(nxt):
+                setext_level = 1 if nxt.strip()[0] == "=" else 2
+                break
+            if LIST_RE.match(nxt):  # a list item interrupts a paragraph
+                break
+            j += 1
+        if setext_level:
+            title = " ".join(line[2].strip() for line in lines[i : j + 1])
+            set_heading(setext_level, title)
+            blocks.append(Block("heading", start, lines[j + 1][1], heading_path()))
+            i = j + 2
+            continue
+        blocks.append(Block("paragraph", start, lines[j][1], heading_path()))
+        i = j + 1
+    return blocks

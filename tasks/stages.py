@@ -1,0 +1,104 @@
+"""Prefect task wrappers around kbflow's pure stages: cache keys, retries, names. No pipeline logic here.
+
+Cache keys are content hashes plus an explicit stage version, never Prefect's default policy (which includes the
+run id): the same sources with the same converter/chunker give the same key in any run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import timedelta
+
+import numpy as np
+import pyarrow as pa
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from kbflow import convert, pipeline, split
+from kbflow.chunk import CHUNK_VERSION
+from kbflow.config import ChunkConfig, ConvertConfig
+from kbflow.embed.base import Embedder
+from kbflow.embed.cache import VectorCache
+from kbflow.errors import is_transient
+from kbflow.scan import SourceFile
+from kbflow.tokens import TokenCounter
+
+
+def _digest(*parts: object) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _sources_digest(sources: list[SourceFile]) -> list[tuple[str, str]]:
+    return [(source.doc_id, source.source_sha256) for source in sources]
+
+
+def convert_key(_context, parameters: dict) -> str:
+    options = parameters["options"]
+    return "convert-" + _digest(
+        convert.converter_fingerprint(), _sources_digest(parameters["sources"]), options.max_file_mb, options.timeout_s
+    )
+
+
+def split_key(_context, parameters: dict) -> str:
+    return "split-" + _digest(split.SPLIT_VERSION, parameters["batch_key"])
+
+
+def chunk_key(_context, parameters: dict) -> str:
+    return "chunk-" + _digest(CHUNK_VERSION, parameters["batch_key"], parameters["chunker"])
+
+
+def batch_key(sources: list[SourceFile]) -> str:
+    """What convert's output depends on; split and chunk keys build on it."""
+    return _digest(convert.converter_fingerprint(), _sources_digest(sources))
+
+
+def retry_only_transient(_task, _task_run, state) -> bool:
+    """Retry timeouts, 429 and 5xx; fail a bad key or bad input at once."""
+    try:
+        state.result()
+    except Exception as exc:  # the task's own exception
+        return is_transient(exc)
+    return False
+
+
+CACHED = dict(persist_result=True, cache_expiration=timedelta(days=7), result_serializer="pickle")
+
+
+@task(name="convert", cache_key_fn=convert_key, task_run_name="convert docs {first}-{last}", **CACHED)
+def convert_task(sources: list[SourceFile], options: ConvertConfig, first: int, last: int) -> pa.Table:
+    return convert.convert_batch(sources, options.workers, options.max_file_mb, options.timeout_s)
+
+
+@task(name="split", cache_key_fn=split_key, task_run_name="split docs {first}-{last}", **CACHED)
+def split_task(documents: pa.Table, batch_key: str, first: int, last: int) -> pa.Table:
+    return pipeline.split_documents(documents)
+
+
+@task(name="chunk", cache_key_fn=chunk_key, task_run_name="chunk docs {first}-{last}", **CACHED)
+def chunk_task(documents: pa.Table, sections: pa.Table, counter: TokenCounter, chunk_tokens: int,
+               config: ChunkConfig, chunker: str, batch_key: str, first: int, last: int) -> pa.Table:
+    return pipeline.chunk_documents(documents, sections, counter, chunk_tokens, config, chunker)
+
+
+@task(name="embed", cache_policy=NO_CACHE, task_run_name="embed texts {first}-{last}",
+      retry_condition_fn=retry_only_transient, retry_jitter_factor=0.5)
+def embed_task(keys: list[str], texts: list[str], embedder: Embedder, cache: VectorCache,
+               first: int, last: int) -> dict[str, np.ndarray]:
+    """Embed one batch and write it to the vector cache at once: a finished batch is never redone.
+
+    Not a Prefect-cached task on purpose: the vector cache, keyed by (text sha256, model id), is its cache."""
+    vectors = embedder.embed_documents(texts)
+    cache.add(keys, vectors)
+    return dict(zip(keys, vectors))
+
+
+@task(name="upsert", cache_policy=NO_CACHE, task_run_name="upsert docs {first}-{last}")
+def upsert_task(store, doc_ids: list[str], rows: pa.Table, first: int, last: int) -> int:
+    store.replace_documents(doc_ids, rows)
+    return rows.num_rows
+
+
+@task(name="delete", cache_policy=NO_CACHE, task_run_name="delete {count} removed docs")
+def delete_task(store, doc_ids: list[str], count: int) -> int:
+    return store.delete_documents(doc_ids)
