@@ -141,7 +141,7 @@ def ingest(
             state.update_manifest(manifest_rows([], CHUNKS.empty_table(), fingerprints, run_id), removed_ids)
             timer.add("upsert", started)
         write_table(failure_rows(failures), run_dir / "failures.parquet")
-        summary["documents"]["failed"] = len({f.get("doc_id") for f in failures})
+        summary["documents"]["failed"] = len({f["doc_id"] for f in failures if f.get("doc_id")})
         summary["failures"] = failures
         summary["store"]["count"] = store.count()
         summary["seconds"] = {**{k: round(v, 3) for k, v in timer.seconds.items()},
@@ -172,7 +172,6 @@ def _ingest_batches(config, plan, run_dir, run_id, fingerprints, counter, chunk_
         return convert.submit(batch, config.convert, first, first + len(batches[index]) - 1) if batch else None
 
     pending = start_convert(0) if batches else None
-    done_docs = 0
     for index, batch in enumerate(batches):
         first, last = index * size, index * size + len(batch) - 1
         started = time.perf_counter()
@@ -181,6 +180,7 @@ def _ingest_batches(config, plan, run_dir, run_id, fingerprints, counter, chunk_
         text_docs = _text_rows([s for s in batch if not s.abs_path], texts_by_path)
         documents = pa.concat_tables([file_docs, text_docs])
         timer.add("convert", started)
+        progress.report("convert", first + len(batch), len(todo))
         write_table(documents, run_dir / "documents" / f"part-{index:05d}.parquet", DOCUMENTS)
         for row in documents.filter(pa.compute.equal(documents.column("status"), "failed")).to_pylist():
             failures.append({"stage": "convert", "doc_id": row["doc_id"], "source_path": row["source_path"],
@@ -191,11 +191,13 @@ def _ingest_batches(config, plan, run_dir, run_id, fingerprints, counter, chunk_
         started = time.perf_counter()
         sections = split(documents, key, first, last)
         timer.add("split", started)
+        progress.report("split", first + len(batch), len(todo))
         write_table(sections, run_dir / "sections" / f"part-{index:05d}.parquet", SECTIONS)
 
         started = time.perf_counter()
         chunks = chunk(documents, sections, counter, chunk_tokens, config.chunking, chunker, key, first, last)
         timer.add("chunk", started)
+        progress.report("chunk", first + len(batch), len(todo))
         write_table(chunks, run_dir / "chunks" / f"part-{index:05d}.parquet", CHUNKS)
 
         started = time.perf_counter()
@@ -207,8 +209,7 @@ def _ingest_batches(config, plan, run_dir, run_id, fingerprints, counter, chunk_
         _upsert(documents, chunks, vectors, failed_keys, store, state, fingerprints, run_id, first, last,
                 embedder.dimension, failures, summary)
         timer.add("upsert", started)
-        done_docs += len(batch)
-        progress.report("documents", done_docs, len(todo))
+        progress.report("upsert", first + len(batch), len(todo))
 
 
 def _embed(chunks, embedder, cache, embed, task_batch, max_in_flight, failures, summary):

@@ -4,7 +4,9 @@ that stops the batch."""
 from __future__ import annotations
 
 import concurrent.futures as cf
+import io
 import multiprocessing
+import re
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
@@ -15,8 +17,13 @@ from kbflow.errors import ConversionError
 from kbflow.scan import SourceFile
 from kbflow.schemas import DOCUMENTS
 
-CONVERT_VERSION = "1"  # bump when this module's output changes for the same input
+CONVERT_VERSION = "2"  # bump when this module's output changes for the same input
 TEXT_SUFFIXES = {".md", ".markdown", ".txt", ".rst", ".text"}
+HTML_SUFFIXES = {".html", ".htm", ".xhtml"}
+BINARY_SUFFIXES = {".pdf", ".docx", ".pptx", ".xlsx", ".xls", ".epub", ".zip", ".doc", ".ppt", ".msg"}
+# page furniture that is not content: navigation bars, headers and footers, scripts (never run or fetched)
+HTML_DROP_TAGS = ("script", "style", "noscript", "nav", "header", "footer", "iframe", "object", "embed")
+HTML_DROP_CLASSES = re.compile(r"\b(navheader|navfooter|navigation|docnav|breadcrumbs?|sidebar|skip-?link)\b", re.I)
 
 
 def converter_fingerprint() -> str:
@@ -58,6 +65,22 @@ def _get_markitdown():
     return _markitdown
 
 
+def _convert_html(data: bytes):
+    """MarkItDown on the page's content only: navigation, headers, footers and scripts are removed first."""
+    from bs4 import BeautifulSoup  # installed with markitdown
+    from markitdown import StreamInfo
+
+    soup = BeautifulSoup(data, "html.parser")
+    for element in soup(HTML_DROP_TAGS):
+        element.decompose()
+    for element in soup.find_all(class_=HTML_DROP_CLASSES):
+        element.decompose()
+    for element in soup.find_all(attrs={"role": "navigation"}):
+        element.decompose()
+    cleaned = io.BytesIO(str(soup).encode("utf-8"))
+    return _get_markitdown().convert_stream(cleaned, stream_info=StreamInfo(extension=".html", charset="utf-8"))
+
+
 def convert_file(path: str, source_path: str) -> Converted:
     """Markdown of one file. Raises ConversionError with the file name and what to do."""
     file = Path(path)
@@ -66,13 +89,23 @@ def convert_file(path: str, source_path: str) -> Converted:
         text, encoding = decode_text(file.read_bytes(), source_path)
         return Converted(text, f"{fingerprint}+text:{encoding}")
     try:
-        result = _get_markitdown().convert_local(str(file))
+        if file.suffix.lower() in HTML_SUFFIXES:
+            result = _convert_html(file.read_bytes())
+        else:
+            result = _get_markitdown().convert_local(str(file))
     except Exception as exc:  # markitdown raises many unrelated types; each becomes one clear failure row
         raise ConversionError(
             f"{source_path}: MarkItDown could not convert it ({type(exc).__name__}: {str(exc)[:300]}); "
             "check that the file opens in its own application, or exclude it with convert.exclude"
         ) from exc
     markdown = result.text_content or ""
+    suffix = file.suffix.lower()
+    if suffix in BINARY_SUFFIXES and markdown.strip() == file.read_bytes().decode("utf-8", "replace").strip():
+        # MarkItDown fell back to reading the bytes as plain text: the file is not a valid document of its type
+        raise ConversionError(
+            f"{source_path}: not a valid {suffix[1:].upper()} file (its bytes are plain text); "
+            "repair or re-export it, or exclude it with convert.exclude"
+        )
     if not markdown.strip():
         raise ConversionError(
             f"{source_path}: conversion produced no text (an image-only or empty file?); "

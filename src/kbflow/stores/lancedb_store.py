@@ -73,7 +73,7 @@ class LanceStore:
         query = self.table.search(np.asarray(vector, dtype=np.float32)).distance_type("cosine").limit(limit)
         if where:
             query = query.where(where, prefilter=True)
-        rows = query.select(["chunk_id", "doc_id", "source_path", "heading_path", "text"]).to_arrow().to_pylist()
+        rows = query.select(["chunk_id", "doc_id", "source_path", "heading_path", "text", "_distance"]).to_arrow().to_pylist()
         return [
             Hit(row["chunk_id"], row["doc_id"], row["source_path"], row["heading_path"] or [], 1.0 - row["_distance"], row["text"])
             for row in rows

@@ -1,0 +1,95 @@
+"""`kbflow bench ingest`: full ingest, no-op re-run, update, and the raw-encode floor, in one process."""
+
+from __future__ import annotations
+
+import json
+import resource
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from kbflow import api
+from kbflow.config import load_config
+from kbflow.embed import get_embedder
+from kbflow.errors import ConfigError
+
+
+def _corpus_dir(corpus: Path, into: Path) -> Path:
+    """A folder as is; a tarball unpacked (its single top folder, so two versions share source paths)."""
+    corpus = Path(corpus)
+    if corpus.is_dir():
+        return corpus
+    if not corpus.is_file() or not tarfile.is_tarfile(corpus):
+        raise ConfigError(f"--corpus {str(corpus)!r} is neither a folder nor a tar archive")
+    into.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(corpus) as archive:
+        archive.extractall(into, filter="data")
+    entries = [p for p in into.iterdir()]
+    return entries[0] if len(entries) == 1 and entries[0].is_dir() else into
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _phase(name: str, sources: list[str], namespace: str, data_dir: Path, config) -> dict:
+    started = time.perf_counter()
+    summary = api.ingest(sources, namespace, config, data_dir)
+    wall = time.perf_counter() - started
+    return {"phase": name, "wall_s": round(wall, 3), "texts_embedded": summary["chunks"]["embedded"],
+            "chunks_reused": summary["chunks"]["reused"], "chunks_deleted": summary["chunks"]["deleted"],
+            "store_count": summary["store"]["count"], "documents": summary["documents"],
+            "stage_seconds": summary["seconds"], "run_id": summary["run_id"], "peak_rss_mb": round(_peak_rss_mb(), 1)}
+
+
+def _floor(data_dir: Path, namespace: str, run_id: str, config) -> dict:
+    """A plain batched encode of the exact texts the full run embedded, with the same model and batch size."""
+    chunk_files = sorted((data_dir / "runs" / namespace / run_id / "chunks").glob("*.parquet"))
+    texts: dict[str, str] = {}
+    for path in chunk_files:
+        table = pq.read_table(path, columns=["embed_sha256", "embed_prefix", "text"])
+        for key, prefix, text in zip(*(table.column(c).to_pylist() for c in ("embed_sha256", "embed_prefix", "text"))):
+            texts.setdefault(key, prefix + text)
+    embedder = get_embedder(load_config(config).embedder)
+    model = embedder._load()
+    started = time.perf_counter()
+    model.encode(list(texts.values()), batch_size=embedder.batch_size, normalize_embeddings=True,
+                 show_progress_bar=False)
+    return {"phase": "floor", "wall_s": round(time.perf_counter() - started, 3), "texts": len(texts)}
+
+
+def bench_ingest(corpus: Path, update_to: Path | None, out_file: Path, work_dir: Path | None, config) -> dict:
+    work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="kbflow-bench-"))
+    data_dir = work / "data"
+    source_a = _corpus_dir(corpus, work / "corpus-a")
+    embedder = get_embedder(load_config(config).embedder)
+    started = time.perf_counter()
+    embedder._load()  # model load is timed on its own, not charged to the first phase
+    load_s = time.perf_counter() - started
+    phases = [_phase("full", [str(source_a)], "bench", data_dir, config)]
+    phases.append(_phase("rerun", [str(source_a)], "bench", data_dir, config))
+    if update_to:
+        source_b = _corpus_dir(update_to, work / "corpus-b")
+        if source_b.name != source_a.name:
+            raise ConfigError(f"--update-to's top folder {source_b.name!r} differs from --corpus's {source_a.name!r}; "
+                              "source paths would not match")
+        phases.append(_phase("update", [str(source_b)], "bench", data_dir, config))
+        phases.append(_phase("fresh-of-update", [str(source_b)], "bench-fresh", data_dir, config))
+    floor = _floor(data_dir, "bench", phases[0]["run_id"], config)
+    by_name = {phase["phase"]: phase for phase in phases}
+    ratios = {
+        "full_over_floor": round(by_name["full"]["wall_s"] / floor["wall_s"], 3),
+        "rerun_over_full": round(by_name["rerun"]["wall_s"] / by_name["full"]["wall_s"], 4),
+        "rerun_texts_embedded": by_name["rerun"]["texts_embedded"],
+    }
+    if update_to:
+        ratios["update_store_equals_fresh"] = by_name["update"]["store_count"] == by_name["fresh-of-update"]["store_count"]
+    result = {"corpus": str(corpus), "update_to": str(update_to) if update_to else None, "model_id": embedder.model_id,
+              "model_load_s": round(load_s, 3), "phases": phases, "floor": floor, "ratios": ratios,
+              "peak_rss_mb": round(_peak_rss_mb(), 1)}
+    Path(out_file).parent.mkdir(parents=True, exist_ok=True)
+    Path(out_file).write_text(json.dumps(result, indent=2), encoding="utf-8")
+    return result

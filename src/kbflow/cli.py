@@ -1,0 +1,225 @@
+"""The `kbflow` command: thin wrappers over kbflow.api with the same parameter names.
+
+Exit status: 0 success, 1 the run finished but some documents failed, 2 an error (message on stderr).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+# quiet, offline defaults for a terminal run; the environment may override them
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+import typer  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from kbflow import api, progress  # noqa: E402
+from kbflow.errors import KbflowError  # noqa: E402
+
+app = typer.Typer(help="kbflow: turn document folders into an incremental, searchable knowledge base.",
+                  no_args_is_help=True, pretty_exceptions_enable=False)
+bench_app = typer.Typer(help="Benchmarks: results as JSON (and plots), never timed tests.", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
+out = Console()
+err = Console(stderr=True)
+
+NamespaceOpt = typer.Option(None, "--namespace", "-n", help="Namespace (default: the config's, 'default').")
+ConfigOpt = typer.Option(None, "--config", "-c", help="YAML config file (see configs/default.yaml).")
+DataDirOpt = typer.Option(None, "--data-dir", help="Data folder for stores, state and snapshots (default: ./data).")
+JsonOpt = typer.Option(False, "--json", help="Print one JSON document on stdout.")
+
+
+def _fail(exc: Exception) -> None:
+    err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+    raise typer.Exit(2)
+
+
+@app.command()
+def ingest(
+    paths: list[Path] = typer.Argument(None, help="Files and folders to ingest, recursively (default: config sources)."),
+    namespace: Optional[str] = NamespaceOpt,
+    config: Optional[Path] = ConfigOpt,
+    data_dir: Optional[Path] = DataDirOpt,
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (new/changed/unchanged/removed); write nothing."),
+    force: bool = typer.Option(False, "--force", help="Re-convert and re-chunk every document (vectors still come from the cache)."),
+    allow_mass_delete: bool = typer.Option(False, "--allow-mass-delete", help="Delete even when many documents vanished."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Run the ingest flow: convert → split → chunk → embed → upsert, only for what changed."""
+    try:
+        with _progress_bars(enabled=not as_json) as listener, progress.listening(listener):
+            summary = api.ingest(paths, namespace, config, data_dir, dry_run, force, allow_mass_delete)
+    except KbflowError as exc:
+        _fail(exc)
+    if as_json:
+        out.print_json(json.dumps(summary, default=str))
+    else:
+        _print_summary(summary)
+    if summary["documents"]["failed"]:
+        raise typer.Exit(1)
+
+
+@app.command()
+def search(
+    query: str = typer.Argument(..., help="What to look for."),
+    namespace: Optional[str] = NamespaceOpt,
+    limit: int = typer.Option(5, "--limit", "-k", help="Most hits to return."),
+    min_score: Optional[float] = typer.Option(None, "--min-score", help="Drop hits under this cosine similarity (-1..1)."),
+    config: Optional[Path] = ConfigOpt,
+    data_dir: Optional[Path] = DataDirOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Best chunks for QUERY, with score, source path, heading path and text."""
+    try:
+        hits = api.search(query, namespace, limit, min_score, config, data_dir)
+    except KbflowError as exc:
+        _fail(exc)
+    if as_json:
+        out.print_json(json.dumps([hit.to_dict() for hit in hits], ensure_ascii=False))
+        return
+    if not hits:
+        out.print("no hits (is the namespace empty? run `kbflow ingest PATH` first)")
+    for rank, hit in enumerate(hits, 1):
+        heading = " > ".join(hit.heading_path)
+        out.rule(f"{rank}. {hit.score:.3f}  {hit.source_path}" + (f"  § {heading}" if heading else ""), align="left")
+        out.print(hit.text if len(hit.text) < 600 else hit.text[:600] + " …", highlight=False, markup=False)
+
+
+@app.command()
+def stats(namespace: Optional[str] = NamespaceOpt, config: Optional[Path] = ConfigOpt,
+          data_dir: Optional[Path] = DataDirOpt, as_json: bool = JsonOpt) -> None:
+    """Documents, chunks, model, dimension, store size and last run of one namespace."""
+    try:
+        result = api.stats(namespace, config, data_dir)
+    except KbflowError as exc:
+        _fail(exc)
+    if as_json:
+        out.print_json(json.dumps(result, default=str))
+        return
+    table = Table(title=f"namespace {result['namespace']}", show_header=False)
+    for key in ("documents", "chunks", "model_id", "dimension", "store", "store_bytes"):
+        table.add_row(key, str(result[key]))
+    last = result["last_run"] or {}
+    table.add_row("last run", f"{last.get('run_id')}  {last.get('documents')}" if last else "never")
+    out.print(table)
+
+
+@app.command("add-text")
+def add_text(text: str = typer.Argument(..., help="The text to add (Markdown is fine)."),
+             doc_id: str = typer.Option(..., "--doc-id", help="Your id for this document; the same id replaces it."),
+             namespace: Optional[str] = NamespaceOpt, config: Optional[Path] = ConfigOpt,
+             data_dir: Optional[Path] = DataDirOpt, as_json: bool = JsonOpt) -> None:
+    """Add a text as a document (the same --doc-id replaces the earlier text)."""
+    try:
+        summary = api.add_text(text, doc_id, namespace, config, data_dir)
+    except KbflowError as exc:
+        _fail(exc)
+    if as_json:
+        out.print_json(json.dumps(summary, default=str))
+    else:
+        _print_summary(summary)
+
+
+@app.command()
+def clear(namespace: str = typer.Option(..., "--namespace", "-n", help="The namespace to empty (required)."),
+          yes: bool = typer.Option(False, "--yes", help="Confirm: delete every chunk of this namespace."),
+          config: Optional[Path] = ConfigOpt, data_dir: Optional[Path] = DataDirOpt) -> None:
+    """Empty one namespace (its chunks and its state). Other namespaces are untouched."""
+    if not yes:
+        err.print(f"refusing to clear namespace {namespace!r} without --yes")
+        raise typer.Exit(2)
+    try:
+        result = api.clear(namespace, config, data_dir)
+    except KbflowError as exc:
+        _fail(exc)
+    out.print(f"cleared namespace {result['namespace']!r}: {result['chunks_removed']} chunks removed")
+
+
+@bench_app.command("ingest")
+def bench_ingest(
+    corpus: Path = typer.Option(..., "--corpus", help="Folder or .tar.xz/.tar.gz of documents."),
+    update_to: Optional[Path] = typer.Option(None, "--update-to", help="A later version of the corpus to update to."),
+    out_file: Path = typer.Option(Path("bench-results/ingest.json"), "--out", help="Where the JSON result goes."),
+    work_dir: Optional[Path] = typer.Option(None, "--work-dir", help="Scratch folder (default: a temporary one)."),
+    config: Optional[Path] = ConfigOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Full ingest, no-op re-run, optional update, and the raw-encode floor, timed in one process."""
+    from kbflow.bench import bench_ingest as run_bench
+
+    try:
+        result = run_bench(corpus, update_to, out_file, work_dir, config)
+    except KbflowError as exc:
+        _fail(exc)
+    if as_json:
+        out.print_json(json.dumps(result, default=str))
+    else:
+        out.print_json(json.dumps(result["ratios"]))
+        out.print(f"written to {out_file}")
+
+
+def _print_summary(summary: dict) -> None:
+    docs, chunks = summary["documents"], summary["chunks"]
+    title = f"{'plan' if summary.get('dry_run') else 'ingest'} {summary['namespace']} ({summary['run_id']})"
+    table = Table(title=title)
+    for column in ("documents", "", "chunks", " ", "seconds", "  "):
+        table.add_column(column, justify="right" if column.strip() == "" else "left")
+    seconds = summary.get("seconds", {})
+    doc_rows = [(key, docs[key]) for key in ("new", "changed", "unchanged", "removed", "failed")]
+    chunk_rows = [(key, chunks[key]) for key in ("total", "embedded", "reused", "deleted")] + [("in store", summary["store"]["count"])]
+    stage_rows = [(key, f"{value:.1f}") for key, value in seconds.items()]
+    for i in range(max(len(doc_rows), len(chunk_rows), len(stage_rows))):
+        cells = []
+        for rows in (doc_rows, chunk_rows, stage_rows):
+            cells += [str(rows[i][0]), str(rows[i][1])] if i < len(rows) else ["", ""]
+        table.add_row(*cells)
+    out.print(table)
+    for row in summary.get("plan", []):
+        out.print(f"  {row['action']:>9}  {row['source_path']}", highlight=False)
+    for failure in summary.get("failures", []):
+        err.print(f"[red]failed[/] {failure['stage']}: {failure['message']}", highlight=False)
+
+
+class _progress_bars:
+    """One rich bar per stage, fed by kbflow.progress events (on stderr, so --json stays clean)."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled and sys.stderr.isatty()
+        self.bars: dict[str, int] = {}
+        self.progress = Progress(TextColumn("{task.description:>10}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), console=err, transient=False)
+
+    def __enter__(self):
+        if self.enabled:
+            self.progress.start()
+        return self.update
+
+    def update(self, stage: str, completed: int, total: int) -> None:
+        if not self.enabled:
+            return
+        if stage not in self.bars:
+            self.bars[stage] = self.progress.add_task(stage, total=total)
+        self.progress.update(self.bars[stage], completed=completed, total=total)
+
+    def __exit__(self, *exc):
+        if self.enabled:
+            self.progress.stop()
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

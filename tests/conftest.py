@@ -1,0 +1,56 @@
+"""Shared fixtures: offline model, quiet Prefect, a counting wrapper around the real embedder."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+
+import pytest  # noqa: E402
+
+from kbflow.config import EmbedderConfig  # noqa: E402
+from kbflow.embed import get_embedder  # noqa: E402
+
+CASES = Path(__file__).parent / "cases"
+
+
+class CountingEmbedder:
+    """The real packaged model, counting what it embeds; ``fail_when`` can inject an error for chosen batches."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.texts_embedded = 0
+        self.batches = 0
+        self.fail_when = None  # callable(texts) -> Exception | None
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def embed_documents(self, texts):
+        if self.fail_when is not None:
+            error = self.fail_when(texts)
+            if error is not None:
+                raise error
+        self.batches += 1
+        self.texts_embedded += len(texts)
+        return self.inner.embed_documents(texts)
+
+
+@pytest.fixture(scope="session")
+def real_embedder():
+    return get_embedder(EmbedderConfig())
+
+
+@pytest.fixture
+def docs_dir(tmp_path) -> Path:
+    """A private copy of tests/cases/docs that a test may edit."""
+    target = tmp_path / "docs"
+    shutil.copytree(CASES / "docs", target)
+    return target

@@ -1,0 +1,207 @@
+"""Real Prefect runs of flows/ingest.py on real files, the real model and real LanceDB."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from flows.ingest import ingest
+from kbflow import api
+from kbflow.errors import DeletionGuardError, ModelMismatchError, PermanentError
+from kbflow.manifest import NamespaceState
+from kbflow.stores.lancedb_store import LanceStore
+from tests.conftest import CASES
+
+DIM = 384
+
+
+def store_of(data_dir, namespace="default") -> LanceStore:
+    return LanceStore(data_dir / "lancedb", namespace, DIM)
+
+
+def snapshot(data_dir, namespace="default"):
+    """Full contents of the store and the manifest, comparable with ==."""
+    rows = store_of(data_dir, namespace).rows().to_pylist()
+    manifest = NamespaceState(data_dir, namespace).read_manifest().sort_by("doc_id").to_pylist()
+    return rows, manifest
+
+
+def run(docs, data_dir, **kwargs):
+    return ingest(sources=[str(docs)], data_dir=str(data_dir), **kwargs)
+
+
+def test_first_run_then_rerun_changes_nothing(docs_dir, tmp_path, counting):
+    data = tmp_path / "data"
+    first = run(docs_dir, data)
+    assert first["documents"]["new"] == 4 and first["documents"]["failed"] == 0
+    assert first["chunks"]["embedded"] == counting.texts_embedded > 0
+    rows, manifest = snapshot(data)
+    ids = [row["chunk_id"] for row in rows]
+    assert len(ids) == len(set(ids)) == first["store"]["count"]
+    assert sum(len(m["chunk_ids"]) for m in manifest) == len(ids)
+    assert all(np.linalg.norm(row["vector"]) > 0.99 for row in rows)
+
+    counting.texts_embedded = 0
+    second = run(docs_dir, data)
+    assert counting.texts_embedded == 0 and second["chunks"]["embedded"] == 0
+    assert second["documents"] == {"new": 0, "changed": 0, "unchanged": 4, "removed": 0, "failed": 0}
+    assert snapshot(data) == (rows, manifest)
+
+
+def test_editing_one_paragraph_embeds_only_changed_chunks(docs_dir, tmp_path, counting):
+    data = tmp_path / "data"
+    run(docs_dir, data)
+    before = {row["chunk_id"]: row for row in store_of(data).rows().to_pylist()}
+    target = docs_dir / "backups.md"
+    target.write_text(target.read_text().replace("Keep seven daily backups", "Keep ten daily backups"))
+
+    counting.texts_embedded = 0
+    summary = run(docs_dir, data)
+    assert summary["documents"]["changed"] == 1 and summary["documents"]["unchanged"] == 3
+    after = {row["chunk_id"]: row for row in store_of(data).rows().to_pylist()}
+    new_texts = {row["embed_sha256"] for row in after.values()} - {row["embed_sha256"] for row in before.values()}
+    assert counting.texts_embedded == len(new_texts) == 1
+    assert not any("seven daily" in row["text"] for row in after.values())
+    assert any("ten daily" in row["text"] for row in after.values())
+    assert len(after) == len(before)
+
+
+def test_deleting_a_file_deletes_exactly_its_chunks(docs_dir, tmp_path, counting):
+    data = tmp_path / "data"
+    run(docs_dir, data)
+    rows = store_of(data).rows().to_pylist()
+    doomed = {row["chunk_id"] for row in rows if row["source_path"] == "docs/search.md"}
+    assert doomed
+    (docs_dir / "search.md").unlink()
+    summary = run(docs_dir, data)
+    assert summary["documents"]["removed"] == 1
+    assert summary["chunks"]["deleted"] == len(doomed)
+    remaining = {row["chunk_id"] for row in store_of(data).rows().to_pylist()}
+    assert remaining == {row["chunk_id"] for row in rows} - doomed
+    assert "docs/search.md" not in {m["source_path"] for m in NamespaceState(data, "default").read_manifest().to_pylist()}
+
+
+def test_deletion_guard_stops_mass_delete(docs_dir, tmp_path, counting):
+    data = tmp_path / "data"
+    run(docs_dir, data)
+    before = snapshot(data)
+    for name in ("search.md", "backups.md"):
+        (docs_dir / name).unlink()
+    with pytest.raises(DeletionGuardError, match="allow-mass-delete"):
+        run(docs_dir, data)
+    assert snapshot(data) == before
+    summary = run(docs_dir, data, allow_mass_delete=True)
+    assert summary["documents"]["removed"] == 2
+
+
+def test_renaming_a_file_reuses_its_vectors(docs_dir, tmp_path, counting):
+    data = tmp_path / "data"
+    run(docs_dir, data)
+    shutil.move(docs_dir / "backups.md", docs_dir / "backup-guide.md")
+    counting.texts_embedded = 0
+    summary = run(docs_dir, data)
+    assert counting.texts_embedded == 0
+    assert summary["documents"]["new"] == 1 and summary["documents"]["removed"] == 1
+    paths = {row["source_path"] for row in store_of(data).rows().to_pylist()}
+    assert "docs/backup-guide.md" in paths and "docs/backups.md" not in paths
+
+
+def test_upsert_failure_leaves_store_and_manifest_as_before(docs_dir, tmp_path, counting, monkeypatch):
+    data = tmp_path / "data"
+    run(docs_dir, data)
+    before = snapshot(data)
+    (docs_dir / "search.md").write_text("# Search\n\nA completely rewritten page about ranking.\n")
+
+    def broken(self, doc_ids, rows):
+        raise RuntimeError("disk full (injected)")
+
+    monkeypatch.setattr(LanceStore, "replace_documents", broken)
+    summary = run(docs_dir, data)
+    assert summary["documents"]["failed"] == 1
+    assert [f["stage"] for f in summary["failures"]] == ["upsert"]
+    assert snapshot(data) == before
+    failures = pq.read_table(next((data / "runs" / "default").glob(f"{summary['run_id']}/failures.parquet")))
+    assert failures.column("stage").to_pylist() == ["upsert"]
+
+    monkeypatch.undo()
+    import flows.ingest
+
+    monkeypatch.setattr(flows.ingest, "get_embedder", lambda config: counting)
+    counting.texts_embedded = 0
+    again = run(docs_dir, data)
+    assert again["documents"]["changed"] == 1 and again["documents"]["failed"] == 0
+    assert counting.texts_embedded == 0  # its vectors were cached by the failed run
+    assert any("rewritten page" in row["text"] for row in store_of(data).rows().to_pylist())
+
+
+def test_embedding_failure_keeps_stored_version_and_writes_no_vector(docs_dir, tmp_path, counting):
+    data = tmp_path / "data"
+    run(docs_dir, data)
+    before = snapshot(data)
+    (docs_dir / "backups.md").write_text("# Backups\n\nNew policy: back up every hour.\n")
+    counting.fail_when = lambda texts: PermanentError("invalid input (injected)")
+    summary = run(docs_dir, data)
+    assert summary["documents"]["failed"] == 1
+    assert {f["stage"] for f in summary["failures"]} == {"embed"}
+    assert any(f["chunk_ids"] for f in summary["failures"])
+    assert snapshot(data) == before  # old version kept, nothing half-written, no zero vectors
+
+    counting.fail_when = None
+    again = run(docs_dir, data)
+    assert again["documents"]["changed"] == 1 and again["chunks"]["embedded"] >= 1
+    assert any("every hour" in row["text"] for row in store_of(data).rows().to_pylist())
+
+
+def test_namespace_remembers_its_model(docs_dir, tmp_path, counting):
+    data = tmp_path / "data"
+    run(docs_dir, data)
+    meta_path = data / "state" / "default" / "namespace.json"
+    meta = json.loads(meta_path.read_text())
+    meta_path.write_text(json.dumps({**meta, "model_id": "some-other-model;dim=768", "dimension": 768}))
+    with pytest.raises(ModelMismatchError, match="kbflow clear"):
+        run(docs_dir, data)
+
+
+def test_bad_files_are_recorded_and_the_rest_ingested(tmp_path, counting):
+    data = tmp_path / "data"
+    docs = tmp_path / "mixed"
+    shutil.copytree(CASES / "bad", docs / "bad")
+    shutil.copy(CASES / "docs" / "search.md", docs / "search.md")
+    summary = ingest(sources=[str(docs)], data_dir=str(data))
+    assert summary["documents"]["failed"] == 3
+    assert {f["source_path"] for f in summary["failures"]} == {"mixed/bad/broken.pdf", "mixed/bad/empty.docx",
+                                                               "mixed/bad/random.xlsx"}
+    assert all(f["message"] for f in summary["failures"])
+    assert {row["source_path"] for row in store_of(data).rows().to_pylist()} == {"mixed/search.md"}
+
+
+def test_add_text_and_clear_touch_one_namespace(docs_dir, tmp_path, counting):
+    data = tmp_path / "data"
+    run(docs_dir, data, namespace="alpha")
+    api.add_text("Tea is brewed with water at 80 degrees.", doc_id="tea", namespace="beta", data_dir=data)
+    hits = api.search("how hot should tea water be", namespace="beta", data_dir=data)
+    assert hits and hits[0].source_path == "text:tea"
+    alpha_before = snapshot(data, "alpha")
+
+    # the same doc id replaces the text; a later file ingest into beta does not remove it
+    api.add_text("Tea is brewed with water at 70 degrees.", doc_id="tea", namespace="beta", data_dir=data)
+    texts = [row["text"] for row in store_of(data, "beta").rows().to_pylist()]
+    assert texts == ["Tea is brewed with water at 70 degrees."]
+
+    api.clear("beta", data_dir=data)
+    assert api.stats("beta", data_dir=data)["chunks"] == 0
+    assert snapshot(data, "alpha") == alpha_before
+    assert api.stats("alpha", data_dir=data)["documents"] == 4
+
+
+def test_dry_run_writes_nothing(docs_dir, tmp_path, counting):
+    data = tmp_path / "data"
+    summary = run(docs_dir, data, dry_run=True)
+    assert summary["documents"]["new"] == 4
+    assert {row["action"] for row in summary["plan"]} == {"new"}
+    assert counting.texts_embedded == 0
+    assert not (data / "lancedb").exists() and not (data / "state").exists()
