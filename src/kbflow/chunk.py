@@ -121,7 +121,7 @@ def heading_prefix_text(heading_path: list[str], counter: TokenCounter, max_toke
 def _sections(blocks: list[Block]) -> list[list[Block]]:
     groups: list[list[Block]] = []
     for block in blocks:
-        if groups and groups[-1][0].heading_path == block.heading_path:
+        if groups and block.kind != "heading" and groups[-1][0].heading_path == block.heading_path:
             groups[-1].append(block)
         else:
             groups.append([block])

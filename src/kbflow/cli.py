@@ -40,6 +40,11 @@ DataDirOpt = typer.Option(None, "--data-dir", help="Data folder for stores, stat
 JsonOpt = typer.Option(False, "--json", help="Print one JSON document on stdout.")
 
 
+def _print_json(payload) -> None:
+    """Plain JSON on stdout (no rich wrapping), for other tools to read."""
+    sys.stdout.write(json.dumps(payload, default=str, ensure_ascii=False, indent=2) + "\n")
+
+
 def _fail(exc: Exception) -> None:
     err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
     raise typer.Exit(2)
@@ -63,7 +68,7 @@ def ingest(
     except KbflowError as exc:
         _fail(exc)
     if as_json:
-        out.print_json(json.dumps(summary, default=str))
+        _print_json(summary)
     else:
         _print_summary(summary)
     if summary["documents"]["failed"]:
@@ -86,7 +91,7 @@ def search(
     except KbflowError as exc:
         _fail(exc)
     if as_json:
-        out.print_json(json.dumps([hit.to_dict() for hit in hits], ensure_ascii=False))
+        _print_json([hit.to_dict() for hit in hits])
         return
     if not hits:
         out.print("no hits (is the namespace empty? run `kbflow ingest PATH` first)")
@@ -105,7 +110,7 @@ def stats(namespace: Optional[str] = NamespaceOpt, config: Optional[Path] = Conf
     except KbflowError as exc:
         _fail(exc)
     if as_json:
-        out.print_json(json.dumps(result, default=str))
+        _print_json(result)
         return
     table = Table(title=f"namespace {result['namespace']}", show_header=False)
     for key in ("documents", "chunks", "model_id", "dimension", "store", "store_bytes"):
@@ -126,7 +131,7 @@ def add_text(text: str = typer.Argument(..., help="The text to add (Markdown is 
     except KbflowError as exc:
         _fail(exc)
     if as_json:
-        out.print_json(json.dumps(summary, default=str))
+        _print_json(summary)
     else:
         _print_summary(summary)
 
@@ -163,7 +168,7 @@ def bench_ingest(
     except KbflowError as exc:
         _fail(exc)
     if as_json:
-        out.print_json(json.dumps(result, default=str))
+        _print_json(result)
     else:
         out.print_json(json.dumps(result["ratios"]))
         out.print(f"written to {out_file}")

@@ -1,0 +1,69 @@
+"""The `kbflow` command end to end, in a subprocess, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+KBFLOW = [sys.executable, "-m", "kbflow.cli"]
+COMMANDS = ["ingest", "search", "stats", "add-text", "clear", "bench"]
+
+
+def kb(*args, cwd=None):
+    env = {**os.environ, "PREFECT_LOGGING_LEVEL": "WARNING"}
+    return subprocess.run([*KBFLOW, *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=600)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_has_help(command):
+    from typer.testing import CliRunner
+
+    from kbflow.cli import app
+
+    result = CliRunner().invoke(app, [command, "--help"], terminal_width=100)
+    assert result.exit_code == 0, result.output
+    assert "Usage" in result.output and len(result.output) > 200
+
+
+def test_ingest_search_stats_clear_json(docs_dir, tmp_path):
+    data = str(tmp_path / "data")
+    ingest = kb("ingest", str(docs_dir), "--data-dir", data, "--json")
+    assert ingest.returncode == 0, ingest.stderr
+    summary = json.loads(ingest.stdout)
+    assert set(summary) >= {"namespace", "run_id", "documents", "chunks", "store", "seconds"}
+    assert set(summary["documents"]) == {"new", "changed", "unchanged", "removed", "failed"}
+    assert set(summary["chunks"]) == {"total", "embedded", "reused", "deleted"}
+    assert set(summary["seconds"]) == {"scan", "convert", "split", "chunk", "embed", "upsert", "total"}
+    assert summary["documents"]["new"] == 4 and summary["store"]["count"] > 0
+
+    search = kb("search", "how long are backups kept", "--data-dir", data, "--json", "--limit", "3")
+    hits = json.loads(search.stdout)
+    assert len(hits) == 3 and set(hits[0]) == {"chunk_id", "doc_id", "source_path", "heading_path", "score", "text"}
+    assert hits[0]["source_path"] == "docs/backups.md"
+    assert hits[0]["score"] >= hits[1]["score"] >= hits[2]["score"]
+    strict = json.loads(kb("search", "how long are backups kept", "--data-dir", data, "--json",
+                           "--min-score", "0.99").stdout)
+    assert strict == []
+
+    stats = json.loads(kb("stats", "--data-dir", data, "--json").stdout)
+    assert stats["documents"] == 4 and stats["chunks"] == summary["store"]["count"] and stats["dimension"] == 384
+
+    refused = kb("clear", "--namespace", "default", "--data-dir", data)
+    assert refused.returncode == 2
+    assert kb("clear", "--namespace", "default", "--yes", "--data-dir", data).returncode == 0
+    assert json.loads(kb("stats", "--data-dir", data, "--json").stdout)["chunks"] == 0
+
+
+def test_errors_exit_2_with_a_message(tmp_path):
+    missing = kb("ingest", str(tmp_path / "nope"), "--data-dir", str(tmp_path / "d"))
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("chunking:\n  chunk_tokens: 4096\n")
+    too_big = kb("ingest", str(Path(__file__).parent.parent / "cases" / "docs"), "--config", str(bad),
+                 "--data-dir", str(tmp_path / "d"))
+    assert too_big.returncode == 2 and "reads at most 256" in too_big.stderr

@@ -1,0 +1,133 @@
+import re
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kbflow.chunk import chunk_document
+from kbflow.split import split_markdown
+from kbflow.tokens import EstimateTokenCounter
+
+
+@pytest.fixture(scope="module")
+def counter(real_embedder):
+    return real_embedder.token_counter()
+
+
+def chunks_of(markdown, counter, chunk_tokens=64, overlap=8, prefix=True):
+    return chunk_document("doc", markdown, split_markdown(markdown), counter, chunk_tokens, overlap, prefix)
+
+
+def covered_in_order(markdown, chunks):
+    """Every non-space character of the input lies in some chunk, and chunk spans are in order."""
+    covered = [False] * len(markdown)
+    for chunk in chunks:
+        assert markdown[chunk.char_start:chunk.char_end] == chunk.text
+        for i in range(chunk.char_start, chunk.char_end):
+            covered[i] = True
+    missing = [markdown[i] for i in range(len(markdown)) if not covered[i] and not markdown[i].isspace()]
+    assert not missing, "".join(missing)[:80]
+    starts = [c.char_start for c in chunks]
+    assert starts == sorted(starts)
+
+
+def test_short_paragraph_then_oversize_paragraph_terminates(counter):
+    # the seed design looped forever here, and emitted the long paragraph whole
+    long = " ".join(f"Sentence number {i} explains one more detail of the system." for i in range(200))
+    markdown = f"Short intro.\n\n{long}\n"
+    chunks = chunks_of(markdown, counter)
+    assert len(chunks) > 10
+    assert all(c.n_tokens <= 64 for c in chunks)
+    covered_in_order(markdown, chunks)
+
+
+def test_chinese_paragraph_splits_at_sentence_marks(counter):
+    sentence = "数据库在每天晚上自动备份，备份文件保存七天。"
+    markdown = sentence * 40
+    chunks = chunks_of(markdown, counter, chunk_tokens=48, overlap=0, prefix=False)
+    assert len(chunks) > 1
+    assert all(c.n_tokens <= 48 for c in chunks)
+    assert all(c.text.endswith("。") for c in chunks)
+    covered_in_order(markdown, chunks)
+
+
+def test_text_without_any_punctuation_is_cut_hard_but_never_over_limit(counter):
+    markdown = "x" * 5000 + "\n\n" + "中" * 3000
+    chunks = chunks_of(markdown, counter, chunk_tokens=32, overlap=4)
+    assert all(c.n_tokens <= 32 for c in chunks)
+    covered_in_order(markdown, chunks)
+
+
+def test_code_block_over_limit_is_cut_at_line_ends(counter):
+    code = "```python\n" + "\n".join(f"value_{i} = compute(value_{i - 1}, {i})" for i in range(1, 80)) + "\n```\n"
+    chunks = chunks_of(code, counter, chunk_tokens=64, overlap=0, prefix=False)
+    assert len(chunks) > 1
+    for chunk in chunks:
+        for line in chunk.text.splitlines():
+            assert line.startswith(("```", "value_")), line
+
+
+def test_heading_prefix_is_embedded_not_stored(counter):
+    markdown = "# Backups\n\n## Retention\n\nKeep seven daily copies.\n"
+    chunks = chunks_of(markdown, counter, chunk_tokens=128)
+    last = chunks[-1]
+    assert "Keep seven daily copies." in last.text
+    assert last.embed_text.startswith("Backups > Retention\n\n")
+    assert not last.text.startswith("Backups > Retention")
+
+
+def test_overlap_is_bounded_and_repeats_trailing_sentences(counter):
+    markdown = " ".join(f"Fact {i} is stated in this sentence." for i in range(60))
+    chunks = chunks_of(markdown, counter, chunk_tokens=48, overlap=12, prefix=False)
+    for previous, current in zip(chunks, chunks[1:]):
+        overlap = max(0, previous.char_end - current.char_start)
+        if overlap:
+            repeated = markdown[current.char_start:previous.char_end]
+            assert counter.count([repeated])[0] <= 12
+        assert current.char_end > previous.char_end  # always progresses
+
+
+def test_chunk_ids_survive_an_edit_earlier_in_the_document(counter):
+    sections = [f"## Part {i}\n\nThis part talks about topic number {i} in detail." for i in range(6)]
+    before = chunks_of("\n\n".join(sections), counter, chunk_tokens=64)
+    sections[0] = "## Part 0\n\nThis part was rewritten completely with new words."
+    after = chunks_of("\n\n".join(sections), counter, chunk_tokens=64)
+    assert len({c.chunk_id for c in before} & {c.chunk_id for c in after}) == len(before) - 1
+
+
+def test_repeated_text_gets_distinct_ids(counter):
+    markdown = "## A\n\nSame words.\n\n## A\n\nSame words.\n"
+    chunks = chunks_of(markdown, counter, prefix=False)
+    assert len({c.chunk_id for c in chunks}) == len(chunks) == 2
+
+
+def test_estimate_counter_splits_identifiers():
+    counter = EstimateTokenCounter(max_tokens=512)
+    assert counter.count(["identifier.call(a,b)"])[0] >= 8
+    assert counter.count(["中文测试"])[0] == 4
+
+
+WORDS = st.sampled_from(["alpha", "beta", "gamma", "数据", "备份。", "end.", "x" * 30, "call(a,b)", "；", "!"])
+PARAGRAPH = st.lists(WORDS, min_size=0, max_size=120).map(" ".join)
+BLOCK = st.one_of(
+    PARAGRAPH,
+    PARAGRAPH.map(lambda p: "# " + p[:40]),
+    PARAGRAPH.map(lambda p: "```\n# code " + p + "\n```"),
+    PARAGRAPH.map(lambda p: "| " + " | ".join(p.split()[:6]) + " |"),
+    PARAGRAPH.map(lambda p: "- " + p),
+    st.just(""),
+    st.text(alphabet="中文字ab .。", min_size=0, max_size=600),
+)
+MARKDOWN = st.lists(BLOCK, min_size=0, max_size=12).map("\n\n".join)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(markdown=MARKDOWN, chunk_tokens=st.sampled_from([24, 48, 128]), overlap=st.sampled_from([0, 4, 8]))
+def test_chunking_properties(counter, markdown, chunk_tokens, overlap):
+    chunks = chunks_of(markdown, counter, chunk_tokens=chunk_tokens, overlap=overlap)
+    assert all(c.n_tokens <= chunk_tokens for c in chunks)
+    covered_in_order(markdown, chunks)
+    for previous, current in zip(chunks, chunks[1:]):
+        if current.heading_path == previous.heading_path and current.char_start < previous.char_end:
+            assert counter.count([markdown[current.char_start:previous.char_end]])[0] <= overlap
+    assert not any(re.fullmatch(r"\s*", c.text) for c in chunks)

@@ -1,0 +1,36 @@
+import pytest
+
+from kbflow.config import ChunkConfig, load_config
+from kbflow.errors import ConfigError
+from kbflow.pipeline import resolve_chunk_tokens
+
+
+def test_defaults_load_and_validate():
+    config = load_config(None)
+    assert config.namespace == "default" and config.store.kind == "lancedb"
+
+
+def test_yaml_file_with_unknown_field_names_the_field(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("chunking:\n  chunk_token: 100\n")
+    with pytest.raises(ConfigError, match="chunking.chunk_token"):
+        load_config(path)
+
+
+def test_bad_namespace_is_rejected():
+    with pytest.raises(ConfigError, match="namespace"):
+        load_config(None, namespace="../etc")
+
+
+def test_chunk_size_above_model_limit_is_an_error_not_truncation():
+    with pytest.raises(ConfigError, match="reads at most 256"):
+        resolve_chunk_tokens(ChunkConfig(chunk_tokens=512), 256, "m")
+    assert resolve_chunk_tokens(ChunkConfig(), 256, "m") == 256
+    assert resolve_chunk_tokens(ChunkConfig(chunk_tokens=128), 256, "m") == 128
+
+
+def test_shipped_configs_validate():
+    from pathlib import Path
+
+    for path in (Path(__file__).parents[2] / "configs").glob("*.yaml"):
+        load_config(path)

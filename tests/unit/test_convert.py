@@ -1,0 +1,50 @@
+import pytest
+
+from kbflow.convert import convert_batch, convert_file, decode_text
+from kbflow.errors import ConversionError
+from kbflow.scan import scan
+from tests.conftest import CASES
+
+
+def test_html_keeps_content_and_drops_navigation():
+    markdown = convert_file(str(CASES / "docs" / "tutorial-concepts.html"), "x").markdown
+    assert markdown.lstrip().startswith("## 2.2.\xa0Concepts")  # the page's own heading comes first
+    assert "Prev" not in markdown and "Home" not in markdown
+    assert "relational database management system" in " ".join(markdown.split())
+
+
+def test_office_and_pdf_formats_yield_their_text():
+    chinese = convert_file(str(CASES / "formats" / "debian-handbook-zh-sect.rights-management.docx"), "x").markdown
+    assert "管理权限" in chinese or "权限" in chinese
+    assert "MVCC" in convert_file(str(CASES / "formats" / "pg-mvcc-intro.docx"), "x").markdown
+    assert "crazy ones" in convert_file(str(CASES / "formats" / "crazyones.pdf"), "x").markdown.lower()
+
+
+@pytest.mark.parametrize("name,needle", [("broken.pdf", "not a valid PDF"), ("empty.docx", "MarkItDown could not"),
+                                         ("random.xlsx", "MarkItDown could not")])
+def test_bad_files_fail_with_a_clear_message(name, needle):
+    with pytest.raises(ConversionError, match=needle):
+        convert_file(str(CASES / "bad" / name), f"bad/{name}")
+
+
+def test_batch_records_failures_and_keeps_going():
+    sources = scan([CASES / "bad", CASES / "docs" / "search.md"], "ns", ["*"], [".*"])
+    table = convert_batch(sources)
+    status = dict(zip(table.column("source_path").to_pylist(), table.column("status").to_pylist()))
+    assert status == {"bad/broken.pdf": "failed", "bad/empty.docx": "failed", "bad/random.xlsx": "failed",
+                      "search.md": "ok"}
+
+
+def test_text_decoding_records_the_encoding():
+    assert decode_text("héllo".encode("utf-8"), "x") == ("héllo", "utf-8")
+    assert decode_text(b"\xef\xbb\xbfhi", "x") == ("hi", "utf-8-sig")
+    text, encoding = decode_text("数据库备份与恢复，每天晚上自动执行。".encode("gb18030"), "x")
+    assert text == "数据库备份与恢复，每天晚上自动执行。" and encoding.lower() in {"gb18030", "gbk", "gb2312"}
+
+
+def test_scan_ids_are_stable_and_relative(tmp_path):
+    first = scan([CASES / "docs"], "ns", ["*"], [".*"])
+    again = scan([str(CASES / "docs") + "/"], "ns", ["*"], [".*"])
+    assert [s.doc_id for s in first] == [s.doc_id for s in again]
+    assert all(s.source_path.startswith("docs/") for s in first)
+    assert scan([CASES / "docs"], "other", ["*"], [".*"])[0].doc_id != first[0].doc_id

@@ -1,0 +1,72 @@
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from kbflow.embed.base import check_vectors
+from kbflow.embed.cache import VectorCache
+from kbflow.errors import EmbeddingError
+from kbflow.schemas import store_schema
+from kbflow.stores.lancedb_store import LanceStore
+
+
+def test_check_vectors_refuses_zero_nan_and_wrong_shape():
+    good = np.ones((2, 4), np.float32)
+    assert check_vectors(good, 2, 4, "m").shape == (2, 4)
+    with pytest.raises(EmbeddingError, match="zero vector"):
+        check_vectors(np.vstack([good[0], np.zeros(4)]), 2, 4, "m")
+    with pytest.raises(EmbeddingError, match="NaN"):
+        check_vectors(np.array([[np.nan] * 4, [1] * 4]), 2, 4, "m")
+    with pytest.raises(EmbeddingError, match="shape"):
+        check_vectors(np.ones((2, 3)), 2, 4, "m")
+
+
+def test_packaged_model_embeds_offline_normalised(real_embedder):
+    vectors = real_embedder.embed_documents(["PostgreSQL uses MVCC.", "数据库备份"])
+    assert vectors.shape == (2, 384)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-4)
+    query = real_embedder.embed_query("multiversion concurrency control")
+    assert float(query @ vectors[0]) > float(query @ vectors[1])
+
+
+def test_overlong_text_is_refused_not_truncated(real_embedder):
+    with pytest.raises(EmbeddingError, match="would be truncated"):
+        real_embedder.embed_documents(["word " * 400])
+
+
+def rows_for(doc_id, texts, dim=4):
+    vectors = np.random.default_rng(0).random((len(texts), dim)).astype(np.float32) + 0.1
+    return pa.Table.from_pylist([{
+        "chunk_id": f"{doc_id}-{i}", "doc_id": doc_id, "source_path": f"{doc_id}.md", "ordinal": i,
+        "heading_path": ["H"], "text": text, "char_start": 0, "char_end": len(text), "n_tokens": 3,
+        "embed_sha256": f"sha-{text}", "vector": vectors[i].tolist(),
+    } for i, text in enumerate(texts)], schema=store_schema(dim))
+
+
+def test_replace_documents_is_idempotent_and_drops_stale_chunks(tmp_path):
+    store = LanceStore(tmp_path, "ns", 4)
+    store.replace_documents(["a"], rows_for("a", ["one", "two", "three"]))
+    store.replace_documents(["a"], rows_for("a", ["one", "two", "three"]))
+    assert store.count() == 3
+    store.replace_documents(["a"], rows_for("a", ["one"]))
+    assert store.chunk_ids().column("chunk_id").to_pylist() == ["a-0"]
+    store.replace_documents(["b"], rows_for("b", ["x"]))
+    assert store.delete_documents(["a"]) == 1 and store.count() == 1
+
+
+def test_namespaces_are_separate_tables(tmp_path):
+    alpha, beta = LanceStore(tmp_path, "alpha", 4), LanceStore(tmp_path, "beta", 4)
+    alpha.replace_documents(["a"], rows_for("a", ["one"]))
+    beta.replace_documents(["b"], rows_for("b", ["two", "three"]))
+    beta.clear()
+    assert alpha.count() == 1 and beta.count() == 0
+
+
+def test_vector_cache_bulk_lookup(tmp_path):
+    cache = VectorCache(tmp_path, "model-x", 4)
+    assert cache.lookup(["k1"]) == {}
+    keys = [f"k{i}" for i in range(1200)]
+    vectors = np.arange(1200 * 4, dtype=np.float32).reshape(1200, 4) + 1
+    cache.add(keys, vectors)
+    found = cache.lookup(keys[::3] + ["absent"])
+    assert len(found) == 400 and "absent" not in found
+    assert np.array_equal(found["k3"], vectors[3])

@@ -1,0 +1,62 @@
+from kbflow.split import split_markdown
+
+DOC = """# Guide
+
+Intro line one
+line two.
+
+```python
+# a comment, not a heading
+x = 1
+```
+
+Setext Title
+============
+
+| a | b |
+|---|---|
+| 1 | 2 |
+
+- item one
+- item two
+
+## Deeper
+text
+"""
+
+
+def test_blocks_kinds_headings_and_offsets():
+    blocks = split_markdown(DOC)
+    kinds = [(b.kind, b.heading_path) for b in blocks]
+    assert kinds == [
+        ("heading", ["Guide"]),
+        ("paragraph", ["Guide"]),
+        ("code", ["Guide"]),
+        ("heading", ["Setext Title"]),
+        ("table", ["Setext Title"]),
+        ("list", ["Setext Title"]),
+        ("heading", ["Setext Title", "Deeper"]),
+        ("paragraph", ["Setext Title", "Deeper"]),
+    ]
+    code = blocks[2]
+    assert DOC[code.char_start:code.char_end].startswith("```python\n# a comment")
+    for block in blocks:
+        assert DOC[block.char_start:block.char_end].strip()
+
+
+def test_heading_inside_fence_is_not_a_heading():
+    blocks = split_markdown("~~~\n# not a heading\n~~~\n\nafter\n")
+    assert [b.kind for b in blocks] == ["code", "paragraph"]
+    assert all(b.heading_path == [] for b in blocks)
+
+
+def test_unclosed_fence_runs_to_end_and_terminates():
+    text = "```\ncode\n# still code\n"
+    blocks = split_markdown(text)
+    assert [b.kind for b in blocks] == ["code"]
+    assert text[blocks[0].char_start:blocks[0].char_end] == "```\ncode\n# still code"
+
+
+def test_heading_levels_pop_correctly():
+    blocks = split_markdown("# A\n## B\n### C\n## D\ntext\n")
+    assert blocks[-1].heading_path == ["A", "D"]
