@@ -42,6 +42,9 @@ def ingest(sources: list[str] | None, namespace: str | None = None, config: str 
            data_dir: str | Path | None = None, dry_run: bool = False, force: bool = False,
            allow_mass_delete: bool = False) -> dict:
     """Run the ingest flow over files and folders; returns the run summary."""
+    for source in sources or []:
+        if not Path(source).exists():  # fail before starting a flow run
+            raise ConfigError(f"source {str(source)!r} does not exist: pass an existing file or folder")
     flow = load_flow("ingest")
     return flow(sources=[str(s) for s in sources] if sources else None, namespace=namespace,
                 config_path=str(config) if config else None, data_dir=str(data_dir) if data_dir else None,

@@ -6,21 +6,17 @@ Exit status: 0 success, 1 the run finished but some documents failed, 2 an error
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Optional
 
-# quiet, offline defaults for a terminal run; the environment may override them
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+from kbflow.environment import set_quiet_offline_defaults
+
+set_quiet_offline_defaults()  # before Prefect and transformers read their settings
 
 import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
+from rich.markup import escape  # noqa: E402
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
 from rich.table import Table  # noqa: E402
 
@@ -46,7 +42,7 @@ def _print_json(payload) -> None:
 
 
 def _fail(exc: Exception) -> None:
-    err.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+    err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
     raise typer.Exit(2)
 
 
@@ -67,12 +63,7 @@ def ingest(
             summary = api.ingest(paths, namespace, config, data_dir, dry_run, force, allow_mass_delete)
     except KbflowError as exc:
         _fail(exc)
-    if as_json:
-        _print_json(summary)
-    else:
-        _print_summary(summary)
-    if summary["documents"]["failed"]:
-        raise typer.Exit(1)
+    _finish_run(summary, as_json)
 
 
 @app.command()
@@ -130,10 +121,7 @@ def add_text(text: str = typer.Argument(..., help="The text to add (Markdown is 
         summary = api.add_text(text, doc_id, namespace, config, data_dir)
     except KbflowError as exc:
         _fail(exc)
-    if as_json:
-        _print_json(summary)
-    else:
-        _print_summary(summary)
+    _finish_run(summary, as_json)
 
 
 @app.command()
@@ -174,6 +162,13 @@ def bench_ingest(
         out.print(f"written to {out_file}")
 
 
+def _finish_run(summary: dict, as_json: bool) -> None:
+    """Print a run's summary; exit 1 when some documents failed (the others were ingested)."""
+    _print_json(summary) if as_json else _print_summary(summary)
+    if summary["documents"]["failed"]:
+        raise typer.Exit(1)
+
+
 def _print_summary(summary: dict) -> None:
     docs, chunks = summary["documents"], summary["chunks"]
     title = f"{'plan' if summary.get('dry_run') else 'ingest'} {summary['namespace']} ({summary['run_id']})"
@@ -193,7 +188,7 @@ def _print_summary(summary: dict) -> None:
     for row in summary.get("plan", []):
         out.print(f"  {row['action']:>9}  {row['source_path']}", highlight=False)
     for failure in summary.get("failures", []):
-        err.print(f"[red]failed[/] {failure['stage']}: {failure['message']}", highlight=False)
+        err.print(f"[red]failed[/] {failure['stage']}: {escape(failure['message'])}", highlight=False, soft_wrap=True)
 
 
 class _progress_bars:

@@ -137,6 +137,22 @@ def embed_inputs(chunks: pa.Table) -> tuple[list[str], list[str]]:
     return list(seen), list(seen.values())
 
 
+def ready_documents(documents: pa.Table, chunks: pa.Table, failed_keys: set[str]) -> tuple[list[dict], list[dict]]:
+    """Converted documents split into (ready, blocked): a document with any chunk lacking a vector is blocked and
+    keeps its stored version; documents are only ever replaced whole."""
+    ok_docs = documents.filter(pa.compute.equal(documents.column("status"), "ok")).to_pylist()
+    blocked_ids = {d for d, k in zip(chunks.column("doc_id").to_pylist(), chunks.column("embed_sha256").to_pylist())
+                   if k in failed_keys}
+    for doc in ok_docs:
+        doc["origin"] = "text" if doc["source_path"].startswith("text:") else "file"
+    return ([doc for doc in ok_docs if doc["doc_id"] not in blocked_ids],
+            [doc for doc in ok_docs if doc["doc_id"] in blocked_ids])
+
+
+def chunks_of(chunks: pa.Table, doc_ids: set[str]) -> pa.Table:
+    return chunks.filter(pa.array([d in doc_ids for d in chunks.column("doc_id").to_pylist()], pa.bool_()))
+
+
 def store_rows(chunks: pa.Table, source_paths: dict[str, str], vectors: dict[str, np.ndarray], dimension: int) -> pa.Table:
     """Rows for the store; every chunk must have its vector (the caller drops documents that lack one)."""
     flat = np.stack([vectors[key] for key in chunks.column("embed_sha256").to_pylist()]).astype(np.float32) \
@@ -167,4 +183,4 @@ def failure_rows(rows: list[dict]) -> pa.Table:
 
 
 __all__ = ["Fingerprints", "Plan", "make_plan", "check_deletion_guard", "split_documents", "chunk_documents",
-           "resolve_chunk_tokens", "embed_inputs", "store_rows", "manifest_rows", "failure_rows", "converter_fingerprint"]
+           "resolve_chunk_tokens", "embed_inputs", "ready_documents", "chunks_of", "store_rows", "manifest_rows", "failure_rows", "converter_fingerprint"]

@@ -12,7 +12,7 @@ _lock = threading.Lock()
 
 
 def get_embedder(config: EmbedderConfig) -> Embedder:
-    key = config.model_dump_json()
+    key = f"{config.backend}|{config.model_path}|{config.batch_size}|{config.device}"
     with _lock:
         if key not in _cache:
             if config.backend == "local":

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from kbflow.embed.base import check_vectors
-from kbflow.errors import ConfigError
+from kbflow.errors import ConfigError, EmbeddingError
 from kbflow.tokens import HFTokenCounter
 
 
@@ -99,8 +99,6 @@ class LocalEmbedder:
         counter = self.token_counter()
         for index, n in enumerate(counter.count(texts)):
             if n + counter.special_tokens > self.max_tokens:
-                from kbflow.errors import EmbeddingError
-
                 raise EmbeddingError(
                     f"text #{index} of the batch has {n + counter.special_tokens} tokens, over {self.model_id}'s limit "
                     f"of {self.max_tokens}; it would be truncated. Lower chunking.chunk_tokens (starts {texts[index][:60]!r})"

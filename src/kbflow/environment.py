@@ -1,0 +1,24 @@
+"""Process defaults for a terminal or test run: offline model loading, quiet progress, no telemetry.
+
+Set before Prefect and transformers read their settings; values already in the environment win.
+"""
+
+from __future__ import annotations
+
+import os
+
+DEFAULTS = {
+    "HF_HUB_OFFLINE": "1",  # never download weights at run time
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "TRANSFORMERS_VERBOSITY": "error",
+    "PREFECT_LOGGING_LEVEL": "WARNING",
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",  # no network from here: telemetry only logs errors
+    # the temporary server a serverless run starts needs more than Prefect's 20 s on a busy 2-core machine
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180",
+}
+
+
+def set_quiet_offline_defaults() -> None:
+    for key, value in DEFAULTS.items():
+        os.environ.setdefault(key, value)
