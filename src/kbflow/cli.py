@@ -139,6 +139,31 @@ def clear(namespace: str = typer.Option(..., "--namespace", "-n", help="The name
     out.print(f"cleared namespace {result['namespace']!r}: {result['chunks_removed']} chunks removed")
 
 
+@app.command("eval")
+def evaluate(
+    beir: Path = typer.Option(..., "--beir", help="Folder in BEIR layout: corpus.jsonl, queries.jsonl, qrels/test.tsv."),
+    config: Optional[Path] = ConfigOpt,
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Keep the eval namespace here (default: temporary)."),
+    max_queries: Optional[int] = typer.Option(None, "--max-queries", help="Evaluate only the first N labelled queries."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Ingest a labelled set into its own namespace and report nDCG@10, Recall@10/100 and MRR@10."""
+    from kbflow.evaluate import eval_beir
+
+    try:
+        result = eval_beir(beir, config, data_dir, max_queries=max_queries)
+    except KbflowError as exc:
+        _fail(exc)
+    if as_json:
+        _print_json(result)
+        return
+    table = Table(title=f"{result['dataset']} ({result['documents']} docs, {result['queries']} queries)")
+    for name in result["metrics"]:
+        table.add_column(name, justify="right")
+    table.add_row(*(f"{value:.4f}" for value in result["metrics"].values()))
+    out.print(table)
+
+
 @bench_app.command("ingest")
 def bench_ingest(
     corpus: Path = typer.Option(..., "--corpus", help="Folder or .tar.xz/.tar.gz of documents."),

@@ -205,3 +205,12 @@ def test_dry_run_writes_nothing(docs_dir, tmp_path, counting):
     assert {row["action"] for row in summary["plan"]} == {"new"}
     assert counting.texts_embedded == 0
     assert not (data / "lancedb").exists() and not (data / "state").exists()
+
+
+def test_eval_on_a_small_labelled_set(tmp_path, counting):
+    from kbflow.evaluate import eval_beir
+
+    result = eval_beir(CASES / "beir-mini", data_dir=tmp_path / "data")
+    assert result["documents"] == 5 and result["queries"] == 3
+    assert result["metrics"]["recall@100"] == 1.0  # every document is retrievable
+    assert result["metrics"]["mrr@10"] == 1.0  # and these queries are easy: the right one ranks first

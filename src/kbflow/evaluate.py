@@ -1,0 +1,111 @@
+"""Retrieval quality on a labelled set in BEIR layout: nDCG@10, Recall@10, Recall@100, MRR@10.
+
+The corpus goes through the real pipeline (written out as Markdown files, ingested by the flow into a
+namespace of its own); each query is searched like a user's, chunk hits collapse to their best-ranked document.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import tempfile
+import time
+from pathlib import Path
+
+from kbflow import api
+from kbflow.errors import ConfigError
+
+SEARCH_DEPTH = 200  # chunks retrieved per query, enough for Recall@100 over documents
+
+
+def load_beir(folder: Path, split: str = "test") -> tuple[dict[str, dict], dict[str, str], dict[str, dict[str, int]]]:
+    folder = Path(folder)
+    for name in ("corpus.jsonl", "queries.jsonl", f"qrels/{split}.tsv"):
+        if not (folder / name).is_file():
+            raise ConfigError(f"{folder} is not a BEIR folder: {name} is missing")
+    with open(folder / "corpus.jsonl", encoding="utf-8") as handle:
+        corpus = {row["_id"]: row for row in map(json.loads, handle)}
+    with open(folder / "queries.jsonl", encoding="utf-8") as handle:
+        queries = {row["_id"]: row["text"] for row in map(json.loads, handle)}
+    qrels: dict[str, dict[str, int]] = {}
+    with open(folder / "qrels" / f"{split}.tsv", encoding="utf-8") as handle:
+        for row in csv.DictReader(handle, delimiter="\t"):
+            qrels.setdefault(row["query-id"], {})[row["corpus-id"]] = int(row["score"])
+    return corpus, queries, qrels
+
+
+def ndcg_at(ranked: list[str], relevant: dict[str, int], k: int) -> float:
+    """Linear gain (as trec_eval's ndcg_cut): sum rel / log2(rank + 1), over the ideal ordering."""
+    dcg = sum(relevant.get(doc, 0) / math.log2(rank + 2) for rank, doc in enumerate(ranked[:k]))
+    ideal = sorted((g for g in relevant.values() if g > 0), reverse=True)[:k]
+    idcg = sum(gain / math.log2(rank + 2) for rank, gain in enumerate(ideal))
+    return dcg / idcg if idcg else 0.0
+
+
+def recall_at(ranked: list[str], relevant: dict[str, int], k: int) -> float:
+    wanted = {doc for doc, gain in relevant.items() if gain > 0}
+    return len(wanted & set(ranked[:k])) / len(wanted) if wanted else 0.0
+
+
+def mrr_at(ranked: list[str], relevant: dict[str, int], k: int) -> float:
+    for rank, doc in enumerate(ranked[:k]):
+        if relevant.get(doc, 0) > 0:
+            return 1.0 / (rank + 1)
+    return 0.0
+
+
+def score_run(rankings: dict[str, list[str]], qrels: dict[str, dict[str, int]]) -> dict[str, float]:
+    """Mean of each metric over the queries that have labels."""
+    queries = [q for q in qrels if any(g > 0 for g in qrels[q].values())]
+    if not queries:
+        raise ConfigError("the qrels hold no positive label; nothing to evaluate")
+    metrics = {
+        "ndcg@10": lambda r, rel: ndcg_at(r, rel, 10),
+        "recall@10": lambda r, rel: recall_at(r, rel, 10),
+        "recall@100": lambda r, rel: recall_at(r, rel, 100),
+        "mrr@10": lambda r, rel: mrr_at(r, rel, 10),
+    }
+    return {name: round(sum(fn(rankings.get(q, []), qrels[q]) for q in queries) / len(queries), 4)
+            for name, fn in metrics.items()}
+
+
+def _write_corpus(corpus: dict[str, dict], folder: Path) -> dict[str, str]:
+    """One Markdown file per corpus document; returns source_path -> corpus id."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths: dict[str, str] = {}
+    for index, (doc_id, row) in enumerate(corpus.items()):
+        name = f"doc-{index:06d}.md"
+        title = (row.get("title") or "").strip()
+        body = (row.get("text") or "").strip()
+        (folder / name).write_text(f"# {title}\n\n{body}\n" if title else f"{body}\n", encoding="utf-8")
+        paths[f"{folder.name}/{name}"] = doc_id
+    return paths
+
+
+def eval_beir(folder: Path, config=None, data_dir: Path | None = None, namespace: str | None = None,
+              max_queries: int | None = None) -> dict:
+    corpus, queries, qrels = load_beir(folder)
+    work = Path(tempfile.mkdtemp(prefix="kbflow-eval-"))
+    data_dir = Path(data_dir) if data_dir else work / "data"
+    namespace = namespace or "eval-" + "".join(c if c.isalnum() else "-" for c in Path(folder).name)[:40]
+    paths = _write_corpus(corpus, work / "corpus")
+    started = time.perf_counter()
+    summary = api.ingest([work / "corpus"], namespace, config, data_dir)
+    ingest_s = time.perf_counter() - started
+    labelled = [q for q in queries if q in qrels][: max_queries or None]
+    rankings: dict[str, list[str]] = {}
+    started = time.perf_counter()
+    for query_id in labelled:
+        hits = api.search(queries[query_id], namespace, SEARCH_DEPTH, -1.0, config, data_dir)
+        ranked: list[str] = []
+        for hit in hits:
+            doc = paths.get(hit.source_path)
+            if doc is not None and doc not in ranked:
+                ranked.append(doc)
+        rankings[query_id] = ranked
+    search_s = time.perf_counter() - started
+    scores = score_run(rankings, {q: qrels[q] for q in labelled})
+    return {"dataset": str(folder), "namespace": namespace, "documents": len(corpus), "queries": len(labelled),
+            "chunks": summary["store"]["count"], "mode": "vector", "metrics": scores,
+            "ingest_s": round(ingest_s, 2), "search_ms_per_query": round(1000 * search_s / max(len(labelled), 1), 2)}
