@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pyarrow as pa
@@ -24,6 +24,7 @@ from kbflow.config import KbConfig, check_namespace, load_config
 from kbflow.convert import converter_fingerprint
 from kbflow.embed import get_embedder
 from kbflow.embed.cache import VectorCache
+from kbflow.errors import ConfigError
 from kbflow.lock import NamespaceLock
 from kbflow.manifest import NamespaceState
 from kbflow.pipeline import (
@@ -118,6 +119,8 @@ def ingest(
     namespace = check_namespace(namespace or config.namespace)
     sources = sources if sources is not None else (config.sources or None)
     texts = texts or []
+    if not sources and not texts:
+        raise ConfigError("nothing to ingest: pass files or folders, or set `sources` in the config file")
     logger = get_run_logger()
     data_dir = Path(config.data_dir)
     run_id = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S") + "-" + str(flow_run.id or "local")[:8]
@@ -193,7 +196,8 @@ def _ingest_batches(run: Run, plan: Plan, texts_by_path: dict[str, str]) -> None
     config, todo, size = run.config, plan.todo, run.config.flow.doc_batch
     batches = [todo[i:i + size] for i in range(0, len(todo), size)]
     results = _result_storage(Path(config.data_dir))
-    cached = dict(result_storage=results, refresh_cache=True if run.force else None)
+    cached = dict(result_storage=results, refresh_cache=True if run.force else None,
+                  cache_expiration=timedelta(days=config.flow.cache_days))  # result files are pruned at the same age
     convert, split, chunk = (t.with_options(**cached) for t in (convert_task, split_task, chunk_task))
     embed = embed_task.with_options(retries=config.embedder.retries,
                                     retry_delay_seconds=exponential_backoff(config.embedder.retry_backoff_s))

@@ -62,7 +62,9 @@ def retry_only_transient(_task, _task_run, state) -> bool:
     return False
 
 
-CACHED = dict(persist_result=True, cache_expiration=timedelta(days=7), result_serializer="pickle")
+# convert/split/chunk are pure: only an error marked transient (none today, e.g. a network filesystem later) retries
+CACHED = dict(persist_result=True, cache_expiration=timedelta(days=7), result_serializer="pickle",
+              retries=2, retry_delay_seconds=[1, 5], retry_condition_fn=retry_only_transient)
 
 
 @task(name="convert", cache_key_fn=convert_key, task_run_name="convert docs {first}-{last}", **CACHED)
@@ -93,7 +95,8 @@ def embed_task(keys: list[str], texts: list[str], embedder: Embedder, cache: Vec
     return dict(zip(keys, vectors))
 
 
-@task(name="upsert", cache_policy=NO_CACHE, task_run_name="upsert docs {first}-{last}")
+@task(name="upsert", cache_policy=NO_CACHE, task_run_name="upsert docs {first}-{last}",
+      retries=2, retry_delay_seconds=[1, 5], retry_condition_fn=retry_only_transient)
 def upsert_task(store, doc_ids: list[str], rows: pa.Table, first: int, last: int) -> int:
     store.replace_documents(doc_ids, rows)
     return rows.num_rows
