@@ -56,8 +56,18 @@ class EmbedderConfig(_Section):
 
 
 class StoreConfig(_Section):
-    kind: Literal["lancedb"] = Field("lancedb", description="Vector store. LanceDB is embedded under the data dir.")
+    kind: Literal["lancedb", "qdrant"] = Field(
+        "lancedb", description="Vector store: 'lancedb' (embedded under the data dir) or 'qdrant'."
+    )
     uri: str | None = Field(None, description="LanceDB location. Empty means '<data_dir>/lancedb'.")
+    qdrant_location: str | None = Field(
+        None,
+        description="Qdrant: a server URL (http://host:6333), a folder for embedded local mode, or ':memory:'. "
+        "Empty means local mode in '<data_dir>/qdrant'.",
+    )
+    qdrant_api_key_env: str = Field(
+        "QDRANT_API_KEY", description="Name of the environment variable holding the Qdrant API key (never the key)."
+    )
 
 
 class FlowConfig(_Section):

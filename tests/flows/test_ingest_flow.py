@@ -214,3 +214,20 @@ def test_eval_on_a_small_labelled_set(tmp_path, counting):
     assert result["documents"] == 5 and result["queries"] == 3
     assert result["metrics"]["recall@100"] == 1.0  # every document is retrievable
     assert result["metrics"]["mrr@10"] == 1.0  # and these queries are easy: the right one ranks first
+
+
+def test_qdrant_store_holds_the_same_chunks_as_lancedb(docs_dir, tmp_path, counting):
+    from kbflow.stores.qdrant_store import QdrantStore
+
+    config = tmp_path / "qdrant.yaml"
+    config.write_text(f"store:\n  kind: qdrant\n  qdrant_location: {tmp_path / 'qdrant'}\n")
+    lance = run(docs_dir, tmp_path / "lance-data")
+    qdrant = ingest(sources=[str(docs_dir)], data_dir=str(tmp_path / "qdrant-data"), config_path=str(config))
+    assert qdrant["store"]["count"] == lance["store"]["count"]
+    store = QdrantStore(str(tmp_path / "qdrant"), "default", DIM)
+    assert sorted(store.chunk_ids().column("chunk_id").to_pylist()) == sorted(
+        store_of(tmp_path / "lance-data").chunk_ids().column("chunk_id").to_pylist())
+    again = ingest(sources=[str(docs_dir)], data_dir=str(tmp_path / "qdrant-data"), config_path=str(config))
+    assert again["chunks"]["embedded"] == 0 and again["store"]["count"] == qdrant["store"]["count"]
+    hits = api.search("how long are backups kept", data_dir=tmp_path / "qdrant-data", config=config)
+    assert hits[0].source_path == "docs/backups.md"

@@ -7,6 +7,15 @@ from kbflow.embed.cache import VectorCache
 from kbflow.errors import EmbeddingError
 from kbflow.schemas import store_schema
 from kbflow.stores.lancedb_store import LanceStore
+from kbflow.stores.qdrant_store import QdrantStore
+
+
+@pytest.fixture(params=["lancedb", "qdrant"])
+def make_store(request, tmp_path):
+    """Both stores behind the one interface: LanceDB embedded, Qdrant in its real local mode."""
+    if request.param == "lancedb":
+        return lambda namespace: LanceStore(tmp_path / "lancedb", namespace, 4)
+    return lambda namespace: QdrantStore(str(tmp_path / "qdrant"), namespace, 4)
 
 
 def test_check_vectors_refuses_zero_nan_and_wrong_shape():
@@ -33,28 +42,35 @@ def test_overlong_text_is_refused_not_truncated(real_embedder):
         real_embedder.embed_documents(["word " * 400])
 
 
+def ids(doc_id, n=3):
+    """Chunk ids are 32 hex digits, as the chunker makes them."""
+    return [f"{ord(doc_id):016x}{i:016x}" for i in range(n)]
+
+
 def rows_for(doc_id, texts, dim=4):
     vectors = np.random.default_rng(0).random((len(texts), dim)).astype(np.float32) + 0.1
     return pa.Table.from_pylist([{
-        "chunk_id": f"{doc_id}-{i}", "doc_id": doc_id, "source_path": f"{doc_id}.md", "ordinal": i,
+        "chunk_id": ids(doc_id, len(texts))[i], "doc_id": doc_id, "source_path": f"{doc_id}.md", "ordinal": i,
         "heading_path": ["H"], "text": text, "char_start": 0, "char_end": len(text), "n_tokens": 3,
         "embed_sha256": f"sha-{text}", "vector": vectors[i].tolist(),
     } for i, text in enumerate(texts)], schema=store_schema(dim))
 
 
-def test_replace_documents_is_idempotent_and_drops_stale_chunks(tmp_path):
-    store = LanceStore(tmp_path, "ns", 4)
+def test_replace_documents_is_idempotent_and_drops_stale_chunks(make_store):
+    store = make_store("ns")
     store.replace_documents(["a"], rows_for("a", ["one", "two", "three"]))
     store.replace_documents(["a"], rows_for("a", ["one", "two", "three"]))
     assert store.count() == 3
     store.replace_documents(["a"], rows_for("a", ["one"]))
-    assert store.chunk_ids().column("chunk_id").to_pylist() == ["a-0"]
+    assert store.chunk_ids().column("chunk_id").to_pylist() == [ids("a")[0]]
     store.replace_documents(["b"], rows_for("b", ["x"]))
     assert store.delete_documents(["a"]) == 1 and store.count() == 1
+    hits = store.search_vector(np.ones(4, np.float32), 5)
+    assert [hit.doc_id for hit in hits] == ["b"] and -1.0 <= hits[0].score <= 1.0
 
 
-def test_namespaces_are_separate_tables(tmp_path):
-    alpha, beta = LanceStore(tmp_path, "alpha", 4), LanceStore(tmp_path, "beta", 4)
+def test_namespaces_are_separate(make_store):
+    alpha, beta = make_store("alpha"), make_store("beta")
     alpha.replace_documents(["a"], rows_for("a", ["one"]))
     beta.replace_documents(["b"], rows_for("b", ["two", "three"]))
     beta.clear()

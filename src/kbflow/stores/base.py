@@ -39,7 +39,11 @@ class Store(Protocol):
 
     def delete_documents(self, doc_ids: list[str]) -> int: ...
 
-    def search_vector(self, vector: np.ndarray, limit: int, where: str | None = None) -> list[Hit]: ...
+    def search_vector(self, vector: np.ndarray, limit: int) -> list[Hit]:
+        """Nearest chunks by cosine similarity, best first; ``Hit.score`` is the similarity (1 = same direction)."""
+
+    def rows(self, columns: list[str] | None = None) -> pa.Table:
+        """Every row sorted by chunk id (verification and tests)."""
 
     def count(self) -> int: ...
 

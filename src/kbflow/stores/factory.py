@@ -8,12 +8,16 @@ from kbflow.config import KbConfig
 
 
 def store_uri(config: KbConfig) -> Path:
+    """The LanceDB folder: the store when store.kind is lancedb, and the vector cache in every case."""
     return Path(config.store.uri) if config.store.uri else Path(config.data_dir) / "lancedb"
 
 
 def open_store(config: KbConfig, namespace: str, dimension: int):
-    if config.store.kind == "lancedb":
-        from kbflow.stores.lancedb_store import LanceStore
+    if config.store.kind == "qdrant":
+        from kbflow.stores.qdrant_store import QdrantStore
 
-        return LanceStore(store_uri(config), namespace, dimension)
-    raise NotImplementedError(config.store.kind)
+        location = config.store.qdrant_location or str(Path(config.data_dir) / "qdrant")
+        return QdrantStore(location, namespace, dimension, config.store.qdrant_api_key_env)
+    from kbflow.stores.lancedb_store import LanceStore
+
+    return LanceStore(store_uri(config), namespace, dimension)

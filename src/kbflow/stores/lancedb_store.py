@@ -67,12 +67,10 @@ class LanceStore:
             self.table.delete(f"doc_id IN ({sql_list(doc_ids[start:start + IN_LIST_MAX])})")
         return before - self.table.count_rows()
 
-    def search_vector(self, vector: np.ndarray, limit: int, where: str | None = None) -> list[Hit]:
+    def search_vector(self, vector: np.ndarray, limit: int) -> list[Hit]:
         if not self.exists():
             return []
         query = self.table.search(np.asarray(vector, dtype=np.float32)).distance_type("cosine").limit(limit)
-        if where:
-            query = query.where(where, prefilter=True)
         rows = query.select(["chunk_id", "doc_id", "source_path", "heading_path", "text", "_distance"]).to_arrow().to_pylist()
         return [
             Hit(row["chunk_id"], row["doc_id"], row["source_path"], row["heading_path"] or [], 1.0 - row["_distance"], row["text"])
