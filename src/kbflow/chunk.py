@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from kbflow.split import Block
 from kbflow.tokens import TokenCounter
@@ -162,16 +162,19 @@ def chunk_document(
     overlap_tokens: int,
     heading_prefix: bool,
 ) -> list[Chunk]:
+    """Chunks of one document. Token counts are batched per document (a tokenizer call costs ~1 ms however
+    little it counts), and per section only where a section needs more work."""
     content_budget = chunk_tokens - counter.special_tokens
-    chunks: list[Chunk] = []
-    occurrences: dict[str, int] = {}
-    for section in _sections(blocks):
-        path = section[0].heading_path
-        prefix = heading_prefix_text(path, counter, int(content_budget * PREFIX_SHARE)) if heading_prefix else ""
-        budget = content_budget - (counter.count([prefix])[0] if prefix else 0)
+    sections = _sections(blocks)
+    prefixes = _prefixes(sections, counter, int(content_budget * PREFIX_SHARE)) if heading_prefix else \
+        [("", 0)] * len(sections)
+    block_counts = iter(counter.count([markdown[b.char_start:b.char_end] for section in sections for b in section]))
+    planned: list[tuple[str, list[str], list[Span], list[tuple[int, int]]]] = []
+    for section, (prefix, prefix_tokens) in zip(sections, prefixes):
+        budget = content_budget - prefix_tokens
         units: list[Span] = []
-        counts = counter.count([markdown[b.char_start : b.char_end] for b in section])
-        for block, n_tokens in zip(section, counts):
+        for block in section:
+            n_tokens = next(block_counts)
             start, end = _trimmed(markdown, block.char_start, block.char_end)
             if end <= start:
                 continue
@@ -179,7 +182,19 @@ def chunk_document(
                 units.append(Span(start, end, n_tokens))
             else:
                 units.extend(split_long(markdown, start, end, budget, counter, block.kind))
-        for first, last in _fit(units, budget, overlap_tokens, markdown, prefix, counter, content_budget):
+        planned.append((prefix, section[0].heading_path, units, _pack(units, budget, overlap_tokens)))
+
+    # count every planned chunk's real embedded text at once; repack only the sections with one over the limit
+    texts = [prefix + markdown[units[a].start:units[b - 1].end] for prefix, _, units, ranges in planned for a, b in ranges]
+    counts = iter(counter.count(texts))
+    chunks: list[Chunk] = []
+    occurrences: dict[str, int] = {}
+    for prefix, path, units, ranges in planned:
+        section_counts = [next(counts) for _ in ranges]
+        if any(n > content_budget for n in section_counts):
+            ranges = _fit(units, ranges, markdown, prefix, counter, content_budget)
+            section_counts = counter.count([prefix + markdown[units[a].start:units[b - 1].end] for a, b in ranges])
+        for (first, last), n_tokens in zip(ranges, section_counts):
             start, end = units[first].start, units[last - 1].end
             text = markdown[start:end]
             embed_text = prefix + text
@@ -195,21 +210,31 @@ def chunk_document(
                     heading_path=list(path),
                     char_start=start,
                     char_end=end,
-                    n_tokens=0,
+                    n_tokens=n_tokens + counter.special_tokens,
                     text_sha256=text_sha,
                     embed_sha256=sha256_text(embed_text),
                 )
             )
-    exact = counter.count([chunk.embed_text for chunk in chunks])
-    return [replace(chunk, n_tokens=n + counter.special_tokens) for chunk, n in zip(chunks, exact)]
+    return chunks
 
 
-def _fit(units, budget, overlap_tokens, markdown, prefix, counter, content_budget) -> list[tuple[int, int]]:
-    """Pack, then count each chunk's real embedded text; give up a chunk's last unit while it is over the limit."""
-    ranges = _pack(units, budget, overlap_tokens)
+def _prefixes(sections: list[list[Block]], counter: TokenCounter, max_tokens: int) -> list[tuple[str, int]]:
+    """(heading prefix, its tokens) per section, all counted in one call; a long path is shortened on its own."""
+    full = [" > ".join(section[0].heading_path) + "\n\n" if section[0].heading_path else "" for section in sections]
+    result = []
+    for section, prefix, n_tokens in zip(sections, full, counter.count(full)):
+        if n_tokens > max_tokens:
+            prefix = heading_prefix_text(section[0].heading_path, counter, max_tokens)
+            n_tokens = counter.count([prefix])[0] if prefix else 0
+        result.append((prefix, n_tokens))
+    return result
+
+
+def _fit(units, ranges, markdown, prefix, counter, content_budget) -> list[tuple[int, int]]:
+    """Give up a chunk's last unit to a chunk of its own while the chunk's real embedded text is over the limit."""
     while True:
         texts = [prefix + markdown[units[a].start : units[b - 1].end] for a, b in ranges]
-        over = [i for i, n in enumerate(counter.count(texts)) if n > content_budget]
+        over = {i for i, n in enumerate(counter.count(texts)) if n > content_budget}
         if not over:
             return ranges
         fixed: list[tuple[int, int]] = []
@@ -219,5 +244,5 @@ def _fit(units, budget, overlap_tokens, markdown, prefix, counter, content_budge
             else:
                 fixed.append((first, last))
         if fixed == ranges:  # single units over the limit cannot happen: each was counted alone
-            raise AssertionError(f"chunk over the token limit that cannot be split further: {texts[over[0]][:80]!r}")
+            raise AssertionError(f"chunk over the token limit that cannot be split further: {texts[min(over)][:80]!r}")
         ranges = fixed
