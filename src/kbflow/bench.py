@@ -92,4 +92,34 @@ def bench_ingest(corpus: Path, update_to: Path | None, out_file: Path, work_dir:
               "peak_rss_mb": round(_peak_rss_mb(), 1)}
     Path(out_file).parent.mkdir(parents=True, exist_ok=True)
     Path(out_file).write_text(json.dumps(result, indent=2), encoding="utf-8")
+    result["plot"] = str(plot_ingest(result, Path(out_file).with_suffix(".png")))
+    Path(out_file).write_text(json.dumps(result, indent=2), encoding="utf-8")
     return result
+
+
+def plot_ingest(result: dict, path: Path) -> Path:
+    """Wall time per phase, stacked by stage, beside the raw-encode floor."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    stages = ["scan", "convert", "split", "chunk", "embed", "upsert"]
+    names = [phase["phase"] for phase in result["phases"]] + ["floor"]
+    figure, axis = plt.subplots(figsize=(8, 4))
+    bottoms = [0.0] * len(names)
+    for stage in stages:
+        values = [phase["stage_seconds"].get(stage, 0.0) for phase in result["phases"]] + [0.0]
+        axis.bar(names, values, bottom=bottoms, label=stage)
+        bottoms = [b + v for b, v in zip(bottoms, values)]
+    axis.bar(["floor"], [result["floor"]["wall_s"]], color="black", label="raw encode")
+    for name, phase in zip(names, result["phases"]):
+        axis.annotate(f"{phase['wall_s']:.0f}s\n{phase['texts_embedded']} emb.", (name, phase["wall_s"]),
+                      ha="center", va="bottom", fontsize=8)
+    axis.set_ylabel("seconds")
+    axis.set_title(f"kbflow ingest: {Path(result['corpus']).name}")
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path

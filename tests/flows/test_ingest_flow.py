@@ -231,3 +231,20 @@ def test_qdrant_store_holds_the_same_chunks_as_lancedb(docs_dir, tmp_path, count
     assert again["chunks"]["embedded"] == 0 and again["store"]["count"] == qdrant["store"]["count"]
     hits = api.search("how long are backups kept", data_dir=tmp_path / "qdrant-data", config=config)
     assert hits[0].source_path == "docs/backups.md"
+
+
+def test_bench_ingest_reports_phases_and_writes_json_and_plot(tmp_path, counting):
+    from kbflow.bench import bench_ingest
+
+    before, after = tmp_path / "v1" / "docs", tmp_path / "v2" / "docs"
+    shutil.copytree(CASES / "docs", before)
+    shutil.copytree(CASES / "docs", after)
+    (after / "search.md").write_text((after / "search.md").read_text() + "\nRanking also uses BM25.\n")
+    out = tmp_path / "bench" / "ingest.json"
+    result = bench_ingest(before, after, out, tmp_path / "work", None)
+    phases = {phase["phase"]: phase for phase in result["phases"]}
+    assert phases["rerun"]["texts_embedded"] == 0
+    assert 1 <= phases["update"]["texts_embedded"] <= 2
+    assert result["ratios"]["update_store_equals_fresh"] is True
+    assert json.loads(out.read_text())["ratios"] == result["ratios"]
+    assert out.with_suffix(".png").stat().st_size > 1000
