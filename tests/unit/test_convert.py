@@ -48,3 +48,10 @@ def test_scan_ids_are_stable_and_relative(tmp_path):
     assert [s.doc_id for s in first] == [s.doc_id for s in again]
     assert all(s.source_path.startswith("docs/") for s in first)
     assert scan([CASES / "docs"], "other", ["*"], [".*"])[0].doc_id != first[0].doc_id
+
+
+def test_process_pool_gives_the_same_rows_as_in_process():
+    sources = scan([CASES / "docs", CASES / "bad" / "broken.pdf"], "ns", ["*"], [".*"])
+    in_process = convert_batch(sources, workers=1)
+    pooled = convert_batch(sources, workers=2)
+    assert pooled.to_pylist() == in_process.to_pylist()
