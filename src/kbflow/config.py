@@ -71,7 +71,9 @@ class StoreConfig(_Section):
 
 
 class FlowConfig(_Section):
-    doc_batch: int = Field(100, ge=1, description="Documents per convert/split/chunk/upsert task run.")
+    doc_batch: int = Field(
+        100, ge=1, le=500, description="Documents per convert/split/chunk/upsert task run (one store commit)."
+    )
     max_workers: int = Field(2, ge=1, le=64, description="Threads of the Prefect task runner.")
     keep_runs: int = Field(20, ge=1, description="Run snapshot folders kept per namespace; older ones are pruned.")
     cache_days: float = Field(7.0, gt=0, description="Days a cached stage result stays valid; older result files are pruned.")
