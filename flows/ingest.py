@@ -139,6 +139,8 @@ def ingest(
     if dry_run:
         plan = _plan(run, sources, texts)
         run.summary["plan"] = plan.table().to_pylist()
+        if state.meta() is not None:  # what the namespace holds now; nothing is created by a dry run
+            run.summary["store"]["count"] = open_store(config, namespace, embedder.dimension).count()
         return _finish(run, wall_started)
 
     with NamespaceLock(state.root, namespace):  # one writer per namespace; the plan is made under the lock
