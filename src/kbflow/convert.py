@@ -22,7 +22,8 @@ TEXT_SUFFIXES = {".md", ".markdown", ".txt", ".rst", ".text"}
 HTML_SUFFIXES = {".html", ".htm", ".xhtml"}
 BINARY_SUFFIXES = {".pdf", ".docx", ".pptx", ".xlsx", ".xls", ".epub", ".zip", ".doc", ".ppt", ".msg"}
 # page furniture that is not content: navigation bars, headers and footers, scripts (never run or fetched)
-HTML_DROP_TAGS = ("script", "style", "noscript", "nav", "header", "footer", "iframe", "object", "embed")
+HTML_DROP_TAGS = ("script", "style", "noscript", "nav", "iframe", "object", "embed")
+HTML_PAGE_FURNITURE = ("header", "footer")  # dropped at page level; inside an article they may hold its title
 HTML_DROP_CLASSES = re.compile(r"\b(navheader|navfooter|navigation|docnav|breadcrumbs?|sidebar|skip-?link)\b", re.I)
 
 
@@ -73,6 +74,9 @@ def _convert_html(data: bytes):
     soup = BeautifulSoup(data, "html.parser")
     for element in soup(HTML_DROP_TAGS):
         element.decompose()
+    for element in soup(HTML_PAGE_FURNITURE):
+        if element.find_parent(("article", "main", "section")) is None:
+            element.decompose()
     for element in soup.find_all(class_=HTML_DROP_CLASSES):
         element.decompose()
     for element in soup.find_all(attrs={"role": "navigation"}):

@@ -55,3 +55,15 @@ def test_process_pool_gives_the_same_rows_as_in_process():
     in_process = convert_batch(sources, workers=1)
     pooled = convert_batch(sources, workers=2)
     assert pooled.to_pylist() == in_process.to_pylist()
+
+
+def test_html_page_furniture_goes_but_an_article_header_stays(tmp_path):
+    page = tmp_path / "page.html"
+    page.write_text("<html><body><header>Site banner</header><nav>Home | About</nav>"
+                    "<script>fetch('http://example.invalid')</script>"
+                    "<article><header><h1>Real title</h1></header><p>Body text.</p></article>"
+                    "<footer>Copyright</footer></body></html>")
+    markdown = convert_file(str(page), "page.html").markdown
+    assert "# Real title" in markdown and "Body text." in markdown
+    for furniture in ("Site banner", "Home | About", "fetch(", "Copyright"):
+        assert furniture not in markdown
