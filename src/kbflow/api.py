@@ -13,6 +13,7 @@ from pathlib import Path
 from kbflow.config import KbConfig, check_namespace, load_config
 from kbflow.embed import get_embedder
 from kbflow.errors import ConfigError
+from kbflow.lock import NamespaceLock
 from kbflow.manifest import NamespaceState
 from kbflow.stores import Hit, open_store
 
@@ -105,15 +106,18 @@ def stats(namespace: str | None = None, config: KbConfig | str | Path | None = N
 
 
 def clear(namespace: str, config: KbConfig | str | Path | None = None, data_dir: str | Path | None = None) -> dict:
-    """Empty one namespace: its store table and its state. Other namespaces are untouched."""
+    """Empty one namespace: its store table and its state. Other namespaces are untouched.
+
+    Refused while an ingest of the namespace runs (it holds the namespace lock)."""
     cfg = _config(config, data_dir)
     namespace = check_namespace(namespace)
     state = NamespaceState(cfg.data_dir, namespace)
     meta = state.meta() or {}
     removed = 0
-    if meta.get("dimension"):
-        store = open_store(cfg, namespace, meta["dimension"])
-        removed = store.count()
-        store.clear()
-    state.clear()
+    with NamespaceLock(state.root, namespace):
+        if meta.get("dimension"):
+            store = open_store(cfg, namespace, meta["dimension"])
+            removed = store.count()
+            store.clear()
+        state.clear()  # the lock file goes with the state folder
     return {"namespace": namespace, "chunks_removed": removed}
