@@ -86,9 +86,13 @@ def _write_corpus(corpus: dict[str, dict], folder: Path) -> dict[str, str]:
 def eval_beir(folder: Path, config=None, data_dir: Path | None = None, namespace: str | None = None,
               max_queries: int | None = None) -> dict:
     corpus, queries, qrels = load_beir(folder)
-    work = Path(tempfile.mkdtemp(prefix="kbflow-eval-"))
+    with tempfile.TemporaryDirectory(prefix="kbflow-eval-") as work:  # corpus files, and the data dir unless given
+        return _eval(corpus, queries, qrels, Path(folder), Path(work), config, data_dir, namespace, max_queries)
+
+
+def _eval(corpus, queries, qrels, folder: Path, work: Path, config, data_dir, namespace, max_queries) -> dict:
     data_dir = Path(data_dir) if data_dir else work / "data"
-    namespace = namespace or "eval-" + "".join(c if c.isalnum() else "-" for c in Path(folder).name)[:40]
+    namespace = namespace or "eval-" + "".join(c if c.isalnum() else "-" for c in folder.name)[:40]
     paths = _write_corpus(corpus, work / "corpus")
     started = time.perf_counter()
     summary = api.ingest([work / "corpus"], namespace, config, data_dir)
