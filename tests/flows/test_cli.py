@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 KBFLOW = [sys.executable, "-m", "kbflow.cli"]
-COMMANDS = ["ingest", "search", "stats", "add-text", "clear", "bench"]
+COMMANDS = ["ingest", "search", "stats", "add-text", "clear", "eval", "bench"]
+README = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
 
 
 def kb(*args, cwd=None):
@@ -28,6 +29,7 @@ def test_every_command_has_help(command):
     result = CliRunner().invoke(app, [command, "--help"], terminal_width=100)
     assert result.exit_code == 0, result.output
     assert "Usage" in result.output and len(result.output) > 200
+    assert f"`kbflow {command}" in README, f"README documents no `kbflow {command}`"
 
 
 def test_ingest_search_stats_clear_json(docs_dir, tmp_path):
