@@ -21,7 +21,7 @@ from prefect.tasks import exponential_backoff
 from kbflow import housekeeping, progress
 from kbflow.chunk import chunker_fingerprint
 from kbflow.config import KbConfig, check_namespace, load_config
-from kbflow.convert import converter_fingerprint
+from kbflow.convert import converter_fingerprint, text_documents, text_sources
 from kbflow.embed import get_embedder
 from kbflow.embed.cache import VectorCache
 from kbflow.errors import ConfigError
@@ -40,7 +40,7 @@ from kbflow.pipeline import (
     resolve_chunk_tokens,
     store_rows,
 )
-from kbflow.scan import SourceFile, doc_id_for, scan
+from kbflow.scan import scan
 from kbflow.schemas import CHUNKS, DOCUMENTS, SECTIONS
 from kbflow.snapshots import clean_temporaries, write_table
 from kbflow.stores import open_store
@@ -80,25 +80,6 @@ def _result_storage(data_dir: Path) -> LocalFileSystem:
     block = LocalFileSystem(basepath=basepath)
     block.save("kbflow-results-" + hashlib.sha256(basepath.encode()).hexdigest()[:12], overwrite=True)
     return block
-
-
-def _text_documents(texts: list[dict], namespace: str) -> list[SourceFile]:
-    sources = []
-    for item in texts:
-        body = item["text"].encode("utf-8")
-        source_path = f"text:{item['doc_id']}"
-        sources.append(SourceFile(doc_id=doc_id_for(namespace, source_path), source_path=source_path, abs_path="",
-                                  source_sha256=hashlib.sha256(body).hexdigest(), size=len(body),
-                                  mtime=time.time(), mime="text/markdown"))
-    return sources
-
-
-def _text_rows(sources: list[SourceFile], texts_by_path: dict[str, str]) -> pa.Table:
-    return pa.Table.from_pylist([{
-        "doc_id": s.doc_id, "source_path": s.source_path, "abs_path": "", "source_sha256": s.source_sha256,
-        "size": s.size, "mtime": s.mtime, "mime": s.mime, "converter": converter_fingerprint(),
-        "markdown": texts_by_path[s.source_path], "status": "ok", "error": None,
-    } for s in sources], schema=DOCUMENTS)
 
 
 @flow(name="kbflow-ingest", log_prints=True, validate_parameters=True,
@@ -176,7 +157,7 @@ def _plan(run: Run, sources: list[str] | None, texts: list[dict]) -> Plan:
     scanned = scan(sources, run.namespace, config.convert.include, config.convert.exclude) if sources else []
     manifest = run.state.read_manifest()
     files = make_plan(scanned, manifest, run.fingerprints, force=run.force, track_removals=bool(sources))
-    literal = make_plan(_text_documents(texts, run.namespace), manifest, run.fingerprints, force=run.force,
+    literal = make_plan(text_sources(texts, run.namespace), manifest, run.fingerprints, force=run.force,
                         track_removals=False)
     plan = Plan(files.new + literal.new, files.changed + literal.changed, files.unchanged + literal.unchanged,
                 files.removed)
@@ -216,7 +197,7 @@ def _ingest_batches(run: Run, plan: Plan, texts_by_path: dict[str, str]) -> None
         started = time.perf_counter()
         file_docs = pending.result() if pending is not None else DOCUMENTS.empty_table()
         pending = start_convert(index + 1) if index + 1 < len(batches) else None  # overlaps this batch's embedding
-        text_docs = _text_rows([s for s in batch if not s.abs_path], texts_by_path)
+        text_docs = text_documents([s for s in batch if not s.abs_path], texts_by_path)
         documents = pa.concat_tables([file_docs, text_docs])
         run.timed("convert", started)
         progress.report("convert", last + 1, len(todo))

@@ -4,9 +4,11 @@ that stops the batch."""
 from __future__ import annotations
 
 import concurrent.futures as cf
+import hashlib
 import io
 import multiprocessing
 import re
+import time
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
@@ -14,7 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from kbflow.errors import ConversionError
-from kbflow.scan import SourceFile
+from kbflow.scan import SourceFile, doc_id_for
 from kbflow.schemas import DOCUMENTS
 
 CONVERT_VERSION = "2"  # bump when this module's output changes for the same input
@@ -138,6 +140,24 @@ def _convert_one(source: SourceFile, max_bytes: int) -> dict:
     except Exception as exc:  # every failure is recorded, the batch goes on
         return _row(source, None, converter_fingerprint(), f"{type(exc).__name__}: {exc}")
     return _row(source, converted.markdown, converted.converter, None)
+
+
+def text_sources(texts: list[dict], namespace: str) -> list[SourceFile]:
+    """Literal texts ({'doc_id', 'text'}) as sources: path 'text:<doc_id>', hash of the text's bytes."""
+    sources = []
+    for item in texts:
+        body = item["text"].encode("utf-8")
+        source_path = f"text:{item['doc_id']}"
+        sources.append(SourceFile(doc_id=doc_id_for(namespace, source_path), source_path=source_path, abs_path="",
+                                  source_sha256=hashlib.sha256(body).hexdigest(), size=len(body),
+                                  mtime=time.time(), mime="text/markdown"))
+    return sources
+
+
+def text_documents(sources: list[SourceFile], texts_by_path: dict[str, str]) -> pa.Table:
+    """Documents rows for literal texts: the text is its own Markdown, nothing to convert."""
+    rows = [_row(source, texts_by_path[source.source_path], converter_fingerprint(), None) for source in sources]
+    return pa.Table.from_pylist(rows, schema=DOCUMENTS)
 
 
 _pool: cf.ProcessPoolExecutor | None = None
