@@ -32,6 +32,7 @@ from kbflow.pipeline import (
     Plan,
     check_deletion_guard,
     chunks_of,
+    conversion_failures,
     embed_inputs,
     failure_rows,
     make_plan,
@@ -70,8 +71,11 @@ class Run:
     store: object = None
     cache: VectorCache | None = None
 
-    def timed(self, stage: str, started: float) -> None:
+    def timed(self, stage: str, started: float, done: int | None = None, total: int = 0) -> None:
+        """Charge the time since ``started`` to ``stage``; with ``done``, also report the stage's progress."""
         self.seconds[stage] += time.perf_counter() - started
+        if done is not None:
+            progress.report(stage, done, total)
 
 
 def _result_storage(data_dir: Path) -> LocalFileSystem:
@@ -199,25 +203,20 @@ def _ingest_batches(run: Run, plan: Plan, texts_by_path: dict[str, str]) -> None
         pending = start_convert(index + 1) if index + 1 < len(batches) else None  # overlaps this batch's embedding
         text_docs = text_documents([s for s in batch if not s.abs_path], texts_by_path)
         documents = pa.concat_tables([file_docs, text_docs])
-        run.timed("convert", started)
-        progress.report("convert", last + 1, len(todo))
+        run.timed("convert", started, last + 1, len(todo))
         write_table(documents, run.run_dir / "documents" / part, DOCUMENTS)
-        for row in documents.filter(pa.compute.equal(documents.column("status"), "failed")).to_pylist():
-            run.failures.append({"stage": "convert", "doc_id": row["doc_id"], "source_path": row["source_path"],
-                                 "error_type": row["error"].split(":", 1)[0], "message": row["error"]})
+        run.failures.extend(conversion_failures(documents))
         key = batch_key(batch)
 
         started = time.perf_counter()
         sections = split(documents, key, first, last)
-        run.timed("split", started)
-        progress.report("split", last + 1, len(todo))
+        run.timed("split", started, last + 1, len(todo))
         write_table(sections, run.run_dir / "sections" / part, SECTIONS)
 
         started = time.perf_counter()
         chunks = chunk(documents, sections, run.embedder.token_counter(), run.chunk_tokens, config.chunking,
                        run.fingerprints.chunker, key, first, last)
-        run.timed("chunk", started)
-        progress.report("chunk", last + 1, len(todo))
+        run.timed("chunk", started, last + 1, len(todo))
         write_table(chunks, run.run_dir / "chunks" / part, CHUNKS)
 
         started = time.perf_counter()
@@ -226,8 +225,7 @@ def _ingest_batches(run: Run, plan: Plan, texts_by_path: dict[str, str]) -> None
 
         started = time.perf_counter()
         _upsert(run, documents, chunks, vectors, failed_keys, first, last)
-        run.timed("upsert", started)
-        progress.report("upsert", last + 1, len(todo))
+        run.timed("upsert", started, last + 1, len(todo))
 
 
 def _embed(run: Run, chunks: pa.Table, embed) -> tuple[dict, set[str]]:

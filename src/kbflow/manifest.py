@@ -18,12 +18,12 @@ import pyarrow.compute as pc
 
 from kbflow.errors import ModelMismatchError
 from kbflow.schemas import MANIFEST
-from kbflow.snapshots import read_table, write_table
+from kbflow.snapshots import TMP_SUFFIX, read_table, write_table
 
 
 def _write_json(path: Path, payload: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp-kbflow")
+    tmp = path.with_name(path.name + TMP_SUFFIX)  # cleaned like any snapshot leftover
     tmp.write_text(json.dumps(payload, indent=2, sort_keys=True), encoding="utf-8")
     os.replace(tmp, path)
 

@@ -82,9 +82,20 @@ def check_deletion_guard(plan: Plan, stored_documents: int, max_fraction: float,
         )
 
 
+def with_status(documents: pa.Table, status: str) -> list[dict]:
+    """Rows of a documents table whose conversion status is ``status`` ('ok' or 'failed')."""
+    return documents.filter(pa.compute.equal(documents.column("status"), status)).to_pylist()
+
+
+def conversion_failures(documents: pa.Table) -> list[dict]:
+    return [{"stage": "convert", "doc_id": row["doc_id"], "source_path": row["source_path"],
+             "error_type": row["error"].split(":", 1)[0], "message": row["error"]}
+            for row in with_status(documents, "failed")]
+
+
 def split_documents(documents: pa.Table) -> pa.Table:
     rows = []
-    for doc in documents.filter(pa.compute.equal(documents.column("status"), "ok")).to_pylist():
+    for doc in with_status(documents, "ok"):
         markdown = doc["markdown"]
         for ordinal, block in enumerate(split_markdown(markdown)):
             rows.append({
@@ -117,7 +128,7 @@ def chunk_documents(documents: pa.Table, sections: pa.Table, counter: TokenCount
         by_doc.setdefault(row["doc_id"], []).append(
             Block(row["kind"], row["char_start"], row["char_end"], row["heading_path"]))
     rows = []
-    for doc in documents.filter(pa.compute.equal(documents.column("status"), "ok")).to_pylist():
+    for doc in with_status(documents, "ok"):
         chunks = chunk_document(doc["doc_id"], doc["markdown"], by_doc.get(doc["doc_id"], []), counter,
                                 chunk_tokens, config.overlap_tokens, config.heading_prefix)
         for chunk in chunks:
@@ -140,7 +151,7 @@ def embed_inputs(chunks: pa.Table) -> tuple[list[str], list[str]]:
 def ready_documents(documents: pa.Table, chunks: pa.Table, failed_keys: set[str]) -> tuple[list[dict], list[dict]]:
     """Converted documents split into (ready, blocked): a document with any chunk lacking a vector is blocked and
     keeps its stored version; documents are only ever replaced whole."""
-    ok_docs = documents.filter(pa.compute.equal(documents.column("status"), "ok")).to_pylist()
+    ok_docs = with_status(documents, "ok")
     blocked_ids = {d for d, k in zip(chunks.column("doc_id").to_pylist(), chunks.column("embed_sha256").to_pylist())
                    if k in failed_keys}
     for doc in ok_docs:
@@ -182,5 +193,6 @@ def failure_rows(rows: list[dict]) -> pa.Table:
     return pa.Table.from_pylist([{**defaults, **row} for row in rows], schema=FAILURES)
 
 
-__all__ = ["Fingerprints", "Plan", "make_plan", "check_deletion_guard", "split_documents", "chunk_documents",
-           "resolve_chunk_tokens", "embed_inputs", "ready_documents", "chunks_of", "store_rows", "manifest_rows", "failure_rows", "converter_fingerprint"]
+__all__ = ["Fingerprints", "Plan", "make_plan", "check_deletion_guard", "with_status", "conversion_failures",
+           "split_documents", "chunk_documents", "resolve_chunk_tokens", "embed_inputs", "ready_documents", "chunks_of",
+           "store_rows", "manifest_rows", "failure_rows", "converter_fingerprint"]
