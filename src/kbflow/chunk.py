@@ -4,7 +4,7 @@
    one is split at line ends (code, tables, lists), then sentence ends (。！？；.!?), then clause marks (，、,;:),
    then spaces, then hard at the token limit. Each level only ever makes pieces smaller, and the hard cut always
    advances at least one character, so splitting terminates.
-2. Units of one section (same heading path) are packed greedily; each new chunk holds at least one unit the
+2. Units of one section (same heading path, no thematic break between them) are packed greedily; each new chunk holds at least one unit the
    previous chunk did not, so packing terminates. Trailing units of the previous chunk are repeated as overlap,
    never more than ``overlap_tokens``.
 3. Every chunk's embedded text (heading prefix + text) is counted again exactly; one over the limit gives up its
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from kbflow.split import Block
 from kbflow.tokens import TokenCounter
 
-CHUNK_VERSION = "1"
+CHUNK_VERSION = "2"
 PREFIX_SHARE = 0.25  # a heading prefix may take at most this share of a chunk's budget
 HARD_CUT_WINDOW = 64  # characters per token of budget looked at for a hard cut (a word piece is shorter)
 
@@ -119,12 +119,18 @@ def heading_prefix_text(heading_path: list[str], counter: TokenCounter, max_toke
 
 
 def _sections(blocks: list[Block]) -> list[list[Block]]:
+    """Runs of blocks packed together: a heading or a thematic break starts a new one (a break holds no text)."""
     groups: list[list[Block]] = []
+    boundary = True
     for block in blocks:
-        if groups and block.kind != "heading" and groups[-1][0].heading_path == block.heading_path:
+        if block.kind == "break":
+            boundary = True
+            continue
+        if groups and not boundary and block.kind != "heading" and groups[-1][0].heading_path == block.heading_path:
             groups[-1].append(block)
         else:
             groups.append([block])
+        boundary = False
     return groups
 
 

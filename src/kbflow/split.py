@@ -1,7 +1,9 @@
 """Split Markdown into blocks (paragraph, code, table, list, heading) with heading paths and exact offsets.
 
 Offsets are indices into the converted Markdown string: ``markdown[char_start:char_end] == text``.
-A heading inside a code fence is code, not a heading.
+A heading inside a code fence is code, not a heading. A thematic break (``* * *``, ``---``, ``___`` on a line of
+its own) becomes a ``break`` block: a section boundary with no content. The converter writes one at each HTML
+``section``/``article`` boundary that no heading opens, so the chunker never packs two sections together.
 """
 
 from __future__ import annotations
@@ -9,12 +11,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-SPLIT_VERSION = "1"
+SPLIT_VERSION = "2"
 
 FENCE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 ATX_RE = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
 SETEXT_RE = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
 TABLE_RE = re.compile(r"^ {0,3}\|")
+THEMATIC_RE = re.compile(r"^ {0,3}(?:(?:\*[ \t]*){3,}|(?:-[ \t]*){3,}|(?:_[ \t]*){3,})$")
 LIST_RE = re.compile(r"^ {0,3}(?:[-*+]|\d{1,9}[.)])(?:[ \t]|$)")
 
 
@@ -65,6 +68,10 @@ def split_markdown(markdown: str) -> list[Block]:
             blocks.append(Block("code", start, lines[last][1], heading_path()))
             i = last + 1
             continue
+        if THEMATIC_RE.match(text):  # before lists: '* * *' would read as a list item
+            blocks.append(Block("break", start, end, heading_path()))
+            i += 1
+            continue
         atx = ATX_RE.match(text)
         if atx:
             set_heading(len(atx.group(1)), atx.group(2) or "")
@@ -82,7 +89,7 @@ def split_markdown(markdown: str) -> list[Block]:
             j = i
             while j + 1 < n:
                 nxt = lines[j + 1][2]
-                if nxt.strip() and not FENCE_RE.match(nxt) and not ATX_RE.match(nxt):
+                if nxt.strip() and not FENCE_RE.match(nxt) and not ATX_RE.match(nxt) and not THEMATIC_RE.match(nxt):
                     j += 1
                     continue
                 # a blank line ends the list unless the list goes on after it
@@ -106,7 +113,7 @@ def split_markdown(markdown: str) -> list[Block]:
             if SETEXT_RE.match(nxt):
                 setext_level = 1 if nxt.strip()[0] == "=" else 2
                 break
-            if LIST_RE.match(nxt):  # a list item interrupts a paragraph
+            if LIST_RE.match(nxt) or THEMATIC_RE.match(nxt):  # a list item or a break interrupts a paragraph
                 break
             j += 1
         if setext_level:

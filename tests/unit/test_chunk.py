@@ -19,8 +19,12 @@ def chunks_of(markdown, counter, chunk_tokens=64, overlap=8, prefix=True):
 
 
 def covered_in_order(markdown, chunks):
-    """Every non-space character of the input lies in some chunk, and chunk spans are in order."""
+    """Every non-space character of the input lies in some chunk, and chunk spans are in order
+    (thematic breaks are boundaries, not content)."""
     covered = [False] * len(markdown)
+    for block in split_markdown(markdown):
+        if block.kind == "break":
+            covered[block.char_start:block.char_end] = [True] * (block.char_end - block.char_start)
     for chunk in chunks:
         assert markdown[chunk.char_start:chunk.char_end] == chunk.text
         for i in range(chunk.char_start, chunk.char_end):
@@ -67,6 +71,14 @@ def test_code_block_over_limit_is_cut_at_line_ends(counter):
             assert line.startswith(("```", "value_")), line
 
 
+def test_table_over_limit_is_cut_between_rows(counter):
+    table = "| name | value |\n|---|---|\n" + "\n".join(f"| setting_{i} | {i * 7} units |" for i in range(80))
+    chunks = chunks_of(table, counter, chunk_tokens=64, overlap=0, prefix=False)
+    assert len(chunks) > 1
+    for chunk in chunks:
+        assert all(line.startswith("|") and line.endswith("|") for line in chunk.text.splitlines())
+
+
 def test_heading_prefix_is_embedded_not_stored(counter):
     markdown = "# Backups\n\n## Retention\n\nKeep seven daily copies.\n"
     chunks = chunks_of(markdown, counter, chunk_tokens=128)
@@ -95,6 +107,20 @@ def test_chunk_ids_survive_an_edit_earlier_in_the_document(counter):
     assert len({c.chunk_id for c in before} & {c.chunk_id for c in after}) == len(before) - 1
 
 
+def test_thematic_break_keeps_sections_apart(counter):
+    # HTML sections without headings arrive as paragraphs split by '* * *': never packed into one chunk
+    markdown = "First section talks about backups.\n\n* * *\n\nSecond section talks about replicas.\n"
+    chunks = chunks_of(markdown, counter, chunk_tokens=128, overlap=8)
+    assert [c.text for c in chunks] == ["First section talks about backups.", "Second section talks about replicas."]
+
+
+def test_setext_and_fenced_hash_lines_regressions(counter):
+    # '# comment' inside a fence is code: the chunk keeps it and no heading prefix appears
+    markdown = "```bash\n# install the server\napt install postgresql\n```\n"
+    chunks = chunks_of(markdown, counter, chunk_tokens=64)
+    assert len(chunks) == 1 and chunks[0].heading_path == [] and chunks[0].embed_text == chunks[0].text
+
+
 def test_repeated_text_gets_distinct_ids(counter):
     markdown = "## A\n\nSame words.\n\n## A\n\nSame words.\n"
     chunks = chunks_of(markdown, counter, prefix=False)
@@ -116,6 +142,10 @@ BLOCK = st.one_of(
     PARAGRAPH.map(lambda p: "| " + " | ".join(p.split()[:6]) + " |"),
     PARAGRAPH.map(lambda p: "- " + p),
     st.just(""),
+    st.just("## Empty section"),
+    st.just("* * *"),
+    st.integers(1, 2000).map(lambda n: "wordwithoutanybreak" * n),  # very long, no punctuation, no spaces
+    st.lists(PARAGRAPH.map(lambda p: "| " + " | ".join(p.split()[:4]) + " |"), min_size=2, max_size=30).map("\n".join),
     st.text(alphabet="中文字ab .。", min_size=0, max_size=600),
 )
 MARKDOWN = st.lists(BLOCK, min_size=0, max_size=12).map("\n\n".join)

@@ -60,3 +60,16 @@ def test_unclosed_fence_runs_to_end_and_terminates():
 def test_heading_levels_pop_correctly():
     blocks = split_markdown("# A\n## B\n### C\n## D\ntext\n")
     assert blocks[-1].heading_path == ["A", "D"]
+
+
+def test_thematic_break_is_a_boundary_block_and_dashes_after_text_stay_setext():
+    text = "# A\n\none\n\n* * *\n\ntwo\n---\n\n___\n\n- item\n"
+    blocks = split_markdown(text)
+    assert [b.kind for b in blocks] == ["heading", "paragraph", "break", "heading", "break", "list"]
+    assert blocks[3].heading_path == ["A", "two"]
+    assert text[blocks[2].char_start:blocks[2].char_end] == "* * *"
+
+
+def test_break_interrupts_paragraph_and_list():
+    blocks = split_markdown("para line\n***\n- a\n- b\n* * *\nafter\n")
+    assert [b.kind for b in blocks] == ["paragraph", "break", "list", "break", "paragraph"]
