@@ -187,6 +187,28 @@ def bench_ingest(
         out.print(f"written to {out_file}")
 
 
+@bench_app.command("chunk")
+def bench_chunk(
+    corpus: Path = typer.Option(..., "--corpus", help="Folder or .tar.xz/.tar.gz of documents (converted once)."),
+    target_mb: float = typer.Option(100.0, "--mb", help="Megabytes of Markdown to split, count and chunk."),
+    out_file: Path = typer.Option(Path("bench-results/chunk.json"), "--out", help="Where the JSON result goes."),
+    config: Optional[Path] = ConfigOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Split, token-count (model tokenizer and CJK estimate) and chunk ~100 MB of real converted text."""
+    from kbflow.bench_chunk import bench_chunk as run_bench
+
+    try:
+        result = run_bench(corpus, out_file, target_mb, config)
+    except KbflowError as exc:
+        _fail(exc)
+    if as_json:
+        _print_json(result)
+    else:
+        out.print_json(json.dumps({k: result[k] for k in ("megabytes", "split", "count", "chunk")}))
+        out.print(f"written to {out_file}")
+
+
 def _finish_run(summary: dict, as_json: bool) -> None:
     """Print a run's summary; exit 1 when some documents failed (the others were ingested)."""
     _print_json(summary) if as_json else _print_summary(summary)

@@ -44,11 +44,13 @@ class HFTokenCounter:
         self.special_tokens = self._tokenizer.num_special_tokens_to_add(is_pair=False)
         if not self.name:
             self.name = f"hf:{Path(self.tokenizer_file).parent.name}"
+        # same ids without character offsets, which counting never reads (tokenizers >= 0.21)
+        self._encode_batch = getattr(self._tokenizer, "encode_batch_fast", self._tokenizer.encode_batch)
 
     def count(self, texts: list[str]) -> list[int]:
         counts: list[int] = []
         for start in range(0, len(texts), BATCH):
-            encodings = self._tokenizer.encode_batch(texts[start : start + BATCH], add_special_tokens=False)
+            encodings = self._encode_batch(texts[start : start + BATCH], add_special_tokens=False)
             counts.extend(len(encoding.ids) for encoding in encodings)
         return counts
 
