@@ -25,6 +25,7 @@ from kbflow.convert import converter_fingerprint, text_documents, text_sources
 from kbflow.embed import get_embedder
 from kbflow.embed.cache import VectorCache
 from kbflow.errors import ConfigError
+from kbflow.failpoints import failpoint
 from kbflow.lock import NamespaceLock
 from kbflow.manifest import NamespaceState
 from kbflow.pipeline import (
@@ -135,6 +136,7 @@ def ingest(
             clean_temporaries(folder)
         state.record_model(embedder.model_id, embedder.dimension)
         write_table(plan.table(), run.run_dir / "plan.parquet")
+        failpoint("plan.written")
         run.store = open_store(config, namespace, embedder.dimension)
         run.cache = VectorCache(store_uri(config), embedder.model_id, embedder.dimension)
         _ingest_batches(run, plan, {f"text:{t['doc_id']}": t["text"] for t in texts})
@@ -142,8 +144,10 @@ def ingest(
             started = time.perf_counter()
             removed_ids = [row["doc_id"] for row in plan.removed]
             run.summary["chunks"]["deleted"] += delete_task(run.store, removed_ids, len(removed_ids))
+            failpoint("delete.after_store")
             state.update_manifest(manifest_rows([], CHUNKS.empty_table(), run.fingerprints, run_id), removed_ids)
             run.timed("upsert", started)
+        failpoint("run.finishing")
         write_table(failure_rows(run.failures), run.run_dir / "failures.parquet")
         run.summary["store"]["count"] = run.store.count()
         summary = _finish(run, wall_started)
@@ -206,18 +210,21 @@ def _ingest_batches(run: Run, plan: Plan, texts_by_path: dict[str, str]) -> None
         run.timed("convert", started, last + 1, len(todo))
         write_table(documents, run.run_dir / "documents" / part, DOCUMENTS)
         run.failures.extend(conversion_failures(documents))
+        failpoint("convert.done")
         key = batch_key(batch)
 
         started = time.perf_counter()
         sections = split(documents, key, first, last)
         run.timed("split", started, last + 1, len(todo))
         write_table(sections, run.run_dir / "sections" / part, SECTIONS)
+        failpoint("split.done")
 
         started = time.perf_counter()
         chunks = chunk(documents, sections, run.embedder.token_counter(), run.chunk_tokens, config.chunking,
                        run.fingerprints.chunker, key, first, last)
         run.timed("chunk", started, last + 1, len(todo))
         write_table(chunks, run.run_dir / "chunks" / part, CHUNKS)
+        failpoint("chunk.done")
 
         started = time.perf_counter()
         vectors, failed_keys = _embed(run, chunks, embed)
@@ -254,6 +261,7 @@ def _embed(run: Run, chunks: pa.Table, embed) -> tuple[dict, set[str]]:
         try:
             vectors.update(future.result())
             run.summary["chunks"]["embedded"] += len(part)
+            failpoint("embed.batch_done")
         except Exception as exc:  # recorded with its chunk ids; those chunks are not stored, the next run retries
             part_keys = {k for k, _ in part}
             failed_keys |= part_keys
@@ -287,4 +295,6 @@ def _upsert(run: Run, documents, chunks, vectors, failed_keys, first: int, last:
                                  "error_type": type(exc).__name__,
                                  "message": f"{doc['source_path']}: {str(exc)[:500]}"})
         return
+    failpoint("upsert.after_store")
     run.state.update_manifest(manifest_rows(ready, doc_chunks, run.fingerprints, run.run_id), [])
+    failpoint("upsert.done")

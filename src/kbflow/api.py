@@ -121,3 +121,17 @@ def clear(namespace: str, config: KbConfig | str | Path | None = None, data_dir:
             store.clear()
         state.clear()  # the lock file goes with the state folder
     return {"namespace": namespace, "chunks_removed": removed}
+
+
+def verify(namespace: str | None = None, config: KbConfig | str | Path | None = None,
+           data_dir: str | Path | None = None, repair: bool = False) -> dict:
+    """Check manifest ↔ store ↔ vector cache of one namespace; ``repair`` deletes what is wrong and forgets the
+    affected documents (under the namespace lock) so the next ingest re-runs them."""
+    from kbflow.verify import verify as run_verify
+
+    cfg = _config(config, data_dir)
+    namespace = check_namespace(namespace or cfg.namespace)
+    if not repair:
+        return run_verify(cfg, namespace).to_dict()
+    with NamespaceLock(NamespaceState(cfg.data_dir, namespace).root, namespace):
+        return run_verify(cfg, namespace, repair=True).to_dict()

@@ -139,6 +139,32 @@ def clear(namespace: str = typer.Option(..., "--namespace", "-n", help="The name
     out.print(f"cleared namespace {result['namespace']!r}: {result['chunks_removed']} chunks removed")
 
 
+@app.command()
+def verify(namespace: Optional[str] = NamespaceOpt, repair: bool = typer.Option(
+               False, "--repair", help="Delete what is wrong and forget those documents, so the next ingest redoes them."),
+           config: Optional[Path] = ConfigOpt, data_dir: Optional[Path] = DataDirOpt, as_json: bool = JsonOpt) -> None:
+    """Check manifest, store and vector cache agree (ids, counts, dimensions, no zero vectors, model id).
+
+    Exit 0 when consistent (or repaired), 1 when something is wrong, 2 on errors."""
+    try:
+        report = api.verify(namespace, config, data_dir, repair=repair)
+    except KbflowError as exc:
+        _fail(exc)
+    if as_json:
+        _print_json(report)
+    else:
+        out.print(f"namespace {report['namespace']} ({report['model_id']}): {report['counts']}")
+        for finding in report["findings"]:
+            ids = ", ".join(finding["doc_ids"][:5]) + (" …" if len(finding["doc_ids"]) > 5 else "")
+            out.print(f"[red]{finding['check']}[/]: {escape(finding['detail'])}" + (f" ({ids})" if ids else ""))
+        if report["repaired"]:
+            out.print(f"repaired: {report['repaired']}")
+        elif report["ok"]:
+            out.print("[green]consistent[/]")
+    if not report["ok"] and not report["repaired"]:
+        raise typer.Exit(1)
+
+
 @app.command("eval")
 def evaluate(
     beir: Path = typer.Option(..., "--beir", help="Folder in BEIR layout: corpus.jsonl, queries.jsonl, qrels/test.tsv."),

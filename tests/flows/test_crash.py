@@ -1,4 +1,10 @@
-"""A real SIGKILL in the middle of a run, then a second run: the store ends as a clean single run leaves it."""
+"""Real SIGKILLs at every stage boundary and inside embedding and upserting, then a second run: the store,
+manifest and stats end exactly as a clean single run leaves them, and finished embedding batches are not redone.
+
+The kill comes from a failpoint (kbflow.failpoints) inside a real ``kbflow ingest`` subprocess: the process dies
+at a known place, with no chance to clean up. Set KBFLOW_CRASH_CORPUS to a folder (for example a few hundred
+pages of a real manual) to run the same checks on it; the default is the small real corpus of tests/cases.
+"""
 
 from __future__ import annotations
 
@@ -7,48 +13,140 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
+from pathlib import Path
+
+import numpy as np
+import pytest
 
 from flows.ingest import ingest
+from kbflow.embed.cache import VectorCache
+from kbflow.manifest import NamespaceState
+from kbflow.snapshots import TMP_SUFFIX
 from kbflow.stores.lancedb_store import LanceStore
 from tests.conftest import CASES
 
+CONFIG = """
+flow:
+  doc_batch: 2
+  max_workers: 1
+embedder:
+  task_batch: 8
+"""
 
-def corpus(tmp_path):
-    docs = tmp_path / "corpus"
+
+@pytest.fixture(scope="module")
+def crash_corpus(tmp_path_factory) -> Path:
+    given = os.environ.get("KBFLOW_CRASH_CORPUS")
+    if given:
+        return Path(given)
+    docs = tmp_path_factory.mktemp("crash") / "corpus"
     shutil.copytree(CASES / "docs", docs / "docs")
     shutil.copytree(CASES / "formats", docs / "formats")
     return docs
 
 
-def contents(data_dir):
-    rows = LanceStore(data_dir / "lancedb", "default", 384).rows(["chunk_id", "doc_id", "text", "embed_sha256"])
-    return rows.to_pylist()
+@pytest.fixture(scope="module")
+def config_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("config") / "crash.yaml"
+    path.write_text(CONFIG, encoding="utf-8")
+    return path
 
 
-def test_sigkill_during_embedding_then_rerun_equals_a_clean_run(tmp_path, counting):
-    docs = corpus(tmp_path)
+def contents(data_dir: Path) -> list[dict]:
+    """Every stored row but its vector, in chunk-id order."""
+    table = LanceStore(data_dir / "lancedb", "default", 384).rows()
+    return table.drop_columns(["vector"]).to_pylist()
+
+
+def vectors(data_dir: Path) -> np.ndarray:
+    return np.array(LanceStore(data_dir / "lancedb", "default", 384).rows(["chunk_id", "vector"])
+                    .column("vector").to_pylist())
+
+
+def manifest(data_dir: Path) -> list[dict]:
+    table = NamespaceState(data_dir, "default").read_manifest()
+    return table.select(["doc_id", "source_path", "source_sha256", "chunk_ids"]).to_pylist()
+
+
+@pytest.fixture(scope="module")
+def clean_run(crash_corpus, config_file, tmp_path_factory):
+    data_dir = tmp_path_factory.mktemp("clean")
+    summary = ingest(sources=[str(crash_corpus)], data_dir=str(data_dir), config_path=str(config_file))
+    assert summary["documents"]["failed"] == 0
+    return data_dir, summary
+
+
+def run_killed(corpus: Path, data_dir: Path, config_file: Path, point: str) -> None:
+    """Run ``kbflow ingest`` in its own process group until the failpoint SIGKILLs it, then kill the group
+    (the ephemeral Prefect server it started would otherwise outlive it, as after a real crash)."""
+    env = {**os.environ, "KBFLOW_FAILPOINTS": f"{point}:kill", "PREFECT_LOGGING_LEVEL": "ERROR"}
+    log = data_dir.parent / f"{data_dir.name}.log"
+    with open(log, "wb") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "kbflow.cli", "ingest", str(corpus), "--data-dir", str(data_dir),
+             "--config", str(config_file), "--json"],
+            stdout=subprocess.DEVNULL, stderr=stderr, env=env, start_new_session=True)
+        try:
+            process.wait(timeout=600)
+        finally:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert process.returncode == -signal.SIGKILL, log.read_text(errors="replace")[-2000:]
+
+
+KILL_POINTS = [
+    "plan.written",         # before any conversion
+    "convert.done=2",       # stage boundaries inside the second document batch
+    "split.done=2",
+    "chunk.done=2",
+    "embed.batch_done=3",   # in the middle of embedding: two batches finished, others in flight or not started
+    "upsert.after_store=2",  # in the middle of upserting: the store holds batch 2, the manifest does not
+    "upsert.done=3",
+    "run.finishing",        # everything stored; failures snapshot, last run and pruning not yet done
+]
+
+
+@pytest.mark.parametrize("point", KILL_POINTS)
+def test_sigkill_then_rerun_equals_a_clean_run(point, crash_corpus, config_file, clean_run, tmp_path):
+    clean_dir, clean_summary = clean_run
     killed_dir = tmp_path / "killed"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "kbflow.cli", "ingest", str(docs), "--data-dir", str(killed_dir), "--json"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "PREFECT_LOGGING_LEVEL": "ERROR"})
-    deadline = time.time() + 300
-    # the chunks snapshot is written right before embedding starts: kill while the model is embedding
-    while time.time() < deadline and not list(killed_dir.glob("runs/default/*/chunks/part-00000.parquet")):
-        assert process.poll() is None, "the run ended before it could be killed"
-        time.sleep(0.05)
-    time.sleep(1.0)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    assert process.returncode == -signal.SIGKILL
+    run_killed(crash_corpus, killed_dir, config_file, point)
     assert (killed_dir / "state" / "default" / "ingest.lock").exists()  # left behind by the dead run
-    assert not (killed_dir / "state" / "default" / "manifest.parquet").exists()  # killed before any upsert finished
+    cache = VectorCache(killed_dir / "lancedb", clean_summary_model(clean_dir), 384)
+    cached_before = cache.count()
 
-    resumed = ingest(sources=[str(docs)], data_dir=str(killed_dir))  # takes over the dead run's lock
-    clean = ingest(sources=[str(docs)], data_dir=str(tmp_path / "clean"))
-    assert resumed["documents"]["failed"] == clean["documents"]["failed"] == 0
-    assert contents(killed_dir) == contents(tmp_path / "clean")
-    ids = [row["chunk_id"] for row in contents(killed_dir)]
-    assert len(ids) == len(set(ids))
-    again = ingest(sources=[str(docs)], data_dir=str(killed_dir))
-    assert again["chunks"]["embedded"] == 0 and again["documents"]["unchanged"] == clean["documents"]["new"]
+    resumed = ingest(sources=[str(crash_corpus)], data_dir=str(killed_dir), config_path=str(config_file))
+
+    assert resumed["documents"]["failed"] == 0
+    # finished embedding batches are not redone: the resumed run embeds exactly what the cache lacked
+    assert resumed["chunks"]["embedded"] == clean_summary["chunks"]["embedded"] - cached_before
+    assert contents(killed_dir) == contents(clean_dir)
+    assert np.allclose(vectors(killed_dir), vectors(clean_dir), atol=1e-5)  # batch composition may differ
+    assert manifest(killed_dir) == manifest(clean_dir)
+    assert resumed["store"]["count"] == clean_summary["store"]["count"]
+    assert not list(killed_dir.rglob(f"*{TMP_SUFFIX}"))  # the dead run's temporaries were cleaned
+    assert not (killed_dir / "state" / "default" / "ingest.lock").exists()
+    again = ingest(sources=[str(crash_corpus)], data_dir=str(killed_dir), config_path=str(config_file))
+    assert again["chunks"]["embedded"] == 0 and again["documents"]["unchanged"] == clean_summary["documents"]["new"]
+
+
+def clean_summary_model(data_dir: Path) -> str:
+    return NamespaceState(data_dir, "default").meta()["model_id"]
+
+
+def test_sigkill_while_deleting_removed_files(crash_corpus, config_file, tmp_path):
+    corpus = tmp_path / "corpus"
+    shutil.copytree(crash_corpus, corpus)
+    data_dir = tmp_path / "data"
+    ingest(sources=[str(corpus)], data_dir=str(data_dir), config_path=str(config_file))
+    removed = sorted(p for p in corpus.rglob("*") if p.is_file())[0]
+    removed.unlink()
+    run_killed(corpus, data_dir, config_file, "delete.after_store")
+    # the store no longer holds the file, the manifest still lists it: the next run finishes the removal
+    resumed = ingest(sources=[str(corpus)], data_dir=str(data_dir), config_path=str(config_file))
+    assert resumed["documents"]["removed"] == 1 and resumed["chunks"]["embedded"] == 0
+    stored_paths = {row["source_path"] for row in contents(data_dir)}
+    assert not any(path.endswith(removed.name) for path in stored_paths)
+    assert {row["source_path"] for row in manifest(data_dir)} == stored_paths

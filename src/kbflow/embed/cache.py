@@ -73,5 +73,12 @@ class VectorCache:
         )
         self.table.add(table)
 
+    def delete(self, keys: list[str]) -> None:
+        """Forget these texts' vectors (``kbflow verify --repair`` on a vector that disagrees with the store)."""
+        if not keys or not self._exists():
+            return
+        for start in range(0, len(keys), IN_LIST_MAX):
+            self.table.delete(f"embed_sha256 IN ({sql_list(keys[start:start + IN_LIST_MAX])})")
+
     def count(self) -> int:
         return self.table.count_rows() if self._exists() else 0

@@ -1,0 +1,139 @@
+"""`kbflow verify`: manifest ↔ store ↔ vector cache consistency of one namespace, and its repair.
+
+Checked: the namespace's recorded model against the configured one; in the store, duplicate chunk ids, vectors of
+the wrong dimension, zero or non-finite vectors, documents the manifest does not list (a run died between its
+store write and its manifest write, and the file is gone since); per manifest document, that the store holds
+exactly its chunk ids; per stored chunk, that the vector cache agrees with the stored vector.
+
+Repair never invents data: it deletes what is wrong from the store and the cache and drops the affected documents
+from the manifest, so the next ingest of the sources re-runs exactly those documents.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from kbflow.config import KbConfig
+from kbflow.embed import get_embedder
+from kbflow.embed.cache import VectorCache
+from kbflow.errors import ConfigError
+from kbflow.manifest import NamespaceState
+from kbflow.schemas import MANIFEST
+from kbflow.stores import open_store
+from kbflow.stores.factory import store_uri
+
+AGREE = 0.999  # cosine between a stored vector and its cached twin; the same model on the same text gives ~1.0
+
+
+@dataclass
+class Finding:
+    check: str
+    detail: str
+    doc_ids: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    namespace: str
+    model_id: str
+    counts: dict
+    findings: list[Finding]
+    repaired: dict | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    def to_dict(self) -> dict:
+        return {"namespace": self.namespace, "model_id": self.model_id, "ok": self.ok, "counts": self.counts,
+                "findings": [asdict(f) for f in self.findings], "repaired": self.repaired}
+
+
+def verify(config: KbConfig, namespace: str, repair: bool = False) -> Report:
+    state = NamespaceState(config.data_dir, namespace)
+    meta = state.meta()
+    if meta is None:
+        raise ConfigError(f"namespace {namespace!r} does not exist under {config.data_dir}; nothing to verify")
+    model_id, dimension = meta["model_id"], meta["dimension"]
+    findings: list[Finding] = []
+    configured = get_embedder(config.embedder)
+    if configured.model_id != model_id or configured.dimension != dimension:
+        findings.append(Finding("model", f"the namespace holds {model_id} (dim {dimension}) but the config names "
+                                         f"{configured.model_id} (dim {configured.dimension})"))
+
+    store = open_store(config, namespace, dimension)
+    rows = store.rows(["chunk_id", "doc_id", "embed_sha256", "vector"])
+    manifest = state.read_manifest()
+    chunk_ids = rows.column("chunk_id").to_pylist()
+    doc_of = rows.column("doc_id").to_pylist()
+    keys = rows.column("embed_sha256").to_pylist()
+    vectors = [np.asarray(v, dtype=np.float32) for v in rows.column("vector").to_pylist()]
+
+    bad_vector_docs: set[str] = set()
+    healthy = [vector.shape == (dimension,) and bool(np.all(np.isfinite(vector))) and np.linalg.norm(vector) > 0
+               for vector in vectors]
+    seen, duplicates = set(), set()
+    for chunk_id, doc_id, ok in zip(chunk_ids, doc_of, healthy):
+        if chunk_id in seen:
+            duplicates.add(doc_id)
+        seen.add(chunk_id)
+        if not ok:
+            bad_vector_docs.add(doc_id)
+    if duplicates:
+        findings.append(Finding("duplicates", "chunk ids stored more than once", sorted(duplicates)))
+    if bad_vector_docs:
+        findings.append(Finding("vectors", f"vectors of the wrong dimension (not {dimension}), zero or not finite",
+                                sorted(bad_vector_docs)))
+
+    stored_by_doc: dict[str, set[str]] = defaultdict(set)
+    for chunk_id, doc_id in zip(chunk_ids, doc_of):
+        stored_by_doc[doc_id].add(chunk_id)
+    listed = {row["doc_id"]: row for row in manifest.to_pylist()}
+    orphans = sorted(set(stored_by_doc) - set(listed))
+    if orphans:
+        findings.append(Finding("orphans", "documents in the store that the manifest does not list", orphans))
+    mismatched = sorted(doc_id for doc_id, row in listed.items()
+                        if set(row["chunk_ids"]) != stored_by_doc.get(doc_id, set()))
+    if mismatched:
+        findings.append(Finding("manifest", "manifest chunk ids differ from the stored ones", mismatched))
+    other_model = sorted(doc_id for doc_id, row in listed.items() if row["model_id"] != model_id)
+    if other_model:
+        findings.append(Finding("manifest-model", f"manifest rows embedded with another model than {model_id}",
+                                other_model))
+
+    cache = VectorCache(store_uri(config), model_id, dimension)
+    cached = cache.lookup(keys)
+    disagree_docs, disagree_keys = set(), set()
+    for key, doc_id, vector, ok in zip(keys, doc_of, vectors, healthy):
+        twin = cached.get(key)
+        if twin is None or not ok:  # a broken vector is reported above
+            continue
+        cosine = float(vector @ twin) / (float(np.linalg.norm(vector) * np.linalg.norm(twin)) or 1.0)
+        if cosine < AGREE:
+            disagree_docs.add(doc_id)
+            disagree_keys.add(key)
+    if disagree_docs:
+        findings.append(Finding("cache", f"stored vectors differ from the vector cache (cosine < {AGREE})",
+                                sorted(disagree_docs)))
+
+    counts = {"manifest_documents": len(listed), "manifest_chunks": sum(len(r["chunk_ids"]) for r in listed.values()),
+              "store_rows": rows.num_rows, "store_documents": len(stored_by_doc),
+              "cached_of_stored": sum(1 for key in set(keys) if key in cached), "cache_rows": cache.count()}
+    report = Report(namespace, model_id, counts, findings)
+    if repair and findings:
+        report.repaired = _repair(state, store, cache, findings, disagree_keys)
+    return report
+
+
+def _repair(state: NamespaceState, store, cache: VectorCache, findings: list[Finding], bad_keys: set[str]) -> dict:
+    """Delete what is wrong and forget the affected documents, so the next ingest re-runs them."""
+    affected = sorted({doc_id for finding in findings for doc_id in finding.doc_ids})
+    deleted = store.delete_documents(affected) if affected else 0
+    if bad_keys:
+        cache.delete(sorted(bad_keys))
+    state.update_manifest(MANIFEST.empty_table(), affected)
+    return {"documents_forgotten": len(affected), "rows_deleted": deleted, "cache_rows_deleted": len(bad_keys),
+            "next": "run `kbflow ingest` over the namespace's sources: it re-runs exactly these documents"}
