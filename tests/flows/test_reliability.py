@@ -155,7 +155,7 @@ def test_readers_during_an_ingest_see_old_or_new_documents_never_a_mix(docs_dir,
 
     writer = start_paused(docs_dir, data_dir, small_batches, "upsert.done=1:pause(5)", marker)
     seen: list[dict[str, frozenset]] = []
-    query = LanceStore(data_dir / "lancedb", "default", 384).rows(["vector"]).column("vector")[0].as_py()
+    query = LanceStore(data_dir / "lancedb", "default", 384).rows(["chunk_id", "vector"]).column("vector")[0].as_py()
     try:
         readers(writer, data_dir, query, seen)
     finally:
