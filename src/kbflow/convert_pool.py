@@ -14,7 +14,12 @@ from multiprocessing.connection import wait
 from typing import Callable
 
 
+READY = "ready"
+STARTUP_TIMEOUT_S = 300  # a spawned worker imports the converters first; that is not the job's time
+
+
 def _worker_main(conn, function) -> None:
+    conn.send(READY)
     while True:
         try:
             job = conn.recv()
@@ -35,6 +40,12 @@ class _Worker:
         self.job: int | None = None
         self.deadline = 0.0
 
+    def wait_ready(self) -> None:
+        """Block until the worker has imported what it needs, so a job's clock starts when the job does."""
+        if not self.conn.poll(STARTUP_TIMEOUT_S) or self.conn.recv() != READY:
+            self.kill()
+            raise RuntimeError(f"a conversion worker did not start within {STARTUP_TIMEOUT_S} s")
+
     def kill(self) -> None:
         self.process.kill()
         self.process.join(5)
@@ -48,6 +59,8 @@ class KillablePool:
         self.context = multiprocessing.get_context("spawn")
         self.function = function
         self.workers = [_Worker(self.context, function) for _ in range(workers)]
+        for worker in self.workers:  # started together, awaited one by one
+            worker.wait_ready()
 
     def map(self, jobs: list[tuple], timeout_s: float, on_timeout: Callable[[int], object],
             on_crash: Callable[[int, int | None], object]) -> list:
@@ -87,7 +100,9 @@ class KillablePool:
 
     def _replace(self, worker: _Worker) -> None:
         worker.kill()
-        self.workers[self.workers.index(worker)] = _Worker(self.context, self.function)
+        replacement = _Worker(self.context, self.function)
+        replacement.wait_ready()
+        self.workers[self.workers.index(worker)] = replacement
 
     def close(self) -> None:
         for worker in self.workers:
