@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import hashlib
 import mimetypes
@@ -79,7 +80,8 @@ def _unreadable_source(path: Path, source_path: str, namespace: str) -> SourceFi
         return None
     except OSError as exc:
         target = os.readlink(path) if path.is_symlink() else ""
-        reason = ("symlink loop" if exc.errno == 40 else "broken symlink" if path.is_symlink() else "unreadable file")
+        reason = ("symlink loop" if exc.errno == errno.ELOOP
+                  else "broken symlink" if path.is_symlink() else "unreadable file")
         digest = hashlib.sha256(f"{reason}\x00{target}".encode()).hexdigest()
         return SourceFile(doc_id=doc_id_for(namespace, source_path), source_path=source_path, abs_path=str(path),
                           source_sha256=digest, size=0, mtime=0.0, mime="inode/symlink",
