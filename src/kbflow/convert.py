@@ -52,6 +52,26 @@ def converter_fingerprint(options: ConvertConfig | None = None) -> str:
             f"+[{output_options}]")
 
 
+def format_fingerprint(options: ConvertConfig, name: str) -> str:
+    """The part of the fingerprint that one file's output depends on: the per-document cache key, so switching
+    the speech backend re-converts audio, not PDFs."""
+    suffix = PurePosixPath(name).suffix.lower()
+    base = f"kbflow-convert-v{CONVERT_VERSION}"
+    if suffix == ".pdf" and options.pdf_engine == "pdfium":
+        return (f"{base}+pypdfium2@{version('pypdfium2')}+ocr={options.ocr}/{options.ocr_pdf_dpi}dpi+"
+                f"{ocr_fingerprint(options.ocr_max_side)}")
+    if suffix in IMAGE_SUFFIXES:
+        return f"{base}+{ocr_fingerprint(options.ocr_max_side)}"
+    if suffix in AUDIO_SUFFIXES:
+        backend = resolve_backend(options.audio_backend, options.dashscope_api_key_env)
+        return f"{base}+{audio_fingerprint(backend, options.dashscope_asr_model)}"
+    if suffix in HTML_SUFFIXES:
+        return f"{base}+markitdown@{version('markitdown')}+depth<={options.html_max_depth}"
+    if suffix in MARKITDOWN_FORMATS or suffix == ".pdf":
+        return f"{base}+markitdown@{version('markitdown')}"
+    return f"{base}+text+line<={options.max_line_chars}"
+
+
 @dataclass(frozen=True)
 class Converted:
     markdown: str
@@ -242,7 +262,11 @@ def convert_batch(sources: list[SourceFile], options: ConvertConfig | None = Non
     so a file that failed for a passing reason is converted again next time."""
     options = options or ConvertConfig()
     fingerprint = converter_fingerprint(options)
-    rows: list[dict | None] = [cache.get(s, fingerprint) if cache is not None else None for s in sources]
+    keys = [format_fingerprint(options, source.member or source.abs_path) for source in sources]
+    rows: list[dict | None] = [cache.get(s, key) if cache is not None else None for s, key in zip(sources, keys)]
+    for row in rows:
+        if row is not None:  # same output, current fingerprint (it may differ in parts this format ignores)
+            row["converter"] = f"{fingerprint}:{row['converter'].rsplit(':', 1)[-1]}"
     todo = [i for i, row in enumerate(rows) if row is None]
     if options.workers <= 1 or len(todo) <= 1:
         for i in todo:
@@ -265,5 +289,5 @@ def convert_batch(sources: list[SourceFile], options: ConvertConfig | None = Non
     if cache is not None:
         for i in todo:
             if rows[i]["status"] == "ok":
-                cache.put(sources[i], fingerprint, rows[i])
+                cache.put(sources[i], keys[i], rows[i])
     return pa.Table.from_pylist(rows, schema=DOCUMENTS)

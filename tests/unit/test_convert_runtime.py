@@ -86,3 +86,13 @@ def test_zip_members_are_documents_of_their_own(tmp_path):
     assert [row["status"] for row in rows] == ["ok", "ok"]
     assert "压缩包里的文件" in rows[0]["markdown"] and "crazy ones" in rows[1]["markdown"].lower()
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["kit", "manuals.zip"]  # nothing was extracted
+
+
+def test_cache_keys_depend_only_on_what_a_format_uses():
+    from kbflow.convert import converter_fingerprint, format_fingerprint
+
+    offline, remote = ConvertConfig(audio_backend="pocketsphinx"), ConvertConfig(audio_backend="dashscope")
+    assert converter_fingerprint(offline) != converter_fingerprint(remote)  # the manifest sees every option
+    assert format_fingerprint(offline, "a.pdf") == format_fingerprint(remote, "a.pdf")
+    assert format_fingerprint(offline, "a.wav") != format_fingerprint(remote, "a.wav")
+    assert format_fingerprint(offline, "a.pdf") != format_fingerprint(ConvertConfig(ocr_pdf_dpi=300), "a.pdf")
