@@ -133,3 +133,22 @@ def test_html_keeps_headings_and_marks_section_boundaries():
             assert lines[i - 1] == "" and lines[i + 1] == ""
             assert not lines[i + 2].startswith("#")  # a section that opens with a heading needs no break
     assert "## Named part" in markdown and markdown.startswith("# Title")
+
+
+def test_ocr_reads_simplified_chinese():
+    """The Chinese line of a real PDF, rendered to pixels (no CJK font is needed on the machine) and OCR'd."""
+    import pypdfium2 as pdfium
+
+    from kbflow.formats.ocr import ocr_text
+    from kbflow.formats.pdf import render_page
+
+    document = pdfium.PdfDocument(str(FORMATS / "multilang.pdf"))
+    page, dpi = document[0], 150
+    textpage = page.get_textpage()
+    start = textpage.get_text_range().index("你好世界")
+    boxes = [textpage.get_charbox(start + i) for i in range(4)]
+    scale, height = dpi / 72, page.get_height()
+    left, right = min(b[0] for b in boxes) * scale, max(b[2] for b in boxes) * scale
+    top, bottom = (height - max(b[3] for b in boxes)) * scale, (height - min(b[1] for b in boxes)) * scale
+    pixels = render_page(page, dpi)[int(top) - 20:int(bottom) + 20, max(int(left) - 40, 0):int(right) + 40]
+    assert "你好世界" in ocr_text(pixels, 2000)
