@@ -152,3 +152,16 @@ def test_ocr_reads_simplified_chinese():
     top, bottom = (height - max(b[3] for b in boxes)) * scale, (height - min(b[1] for b in boxes)) * scale
     pixels = render_page(page, dpi)[int(top) - 20:int(bottom) + 20, max(int(left) - 40, 0):int(right) + 40]
     assert "你好世界" in ocr_text(pixels, 2000)
+
+
+def test_pdf_lines_become_headings_by_size_and_a_root_prompt_stays_text():
+    from kbflow.formats.pdf import Line, drop_running_lines, lines_to_markdown
+
+    def page(number: int, topic: str) -> list[Line]:
+        return [Line(f"Manual {number} / 9", 800, 810, 10.0), Line(f"1.{number} {topic}", 760, 772, 14.0),
+                Line(f"Body text about {topic} that wraps", 740, 750, 10.0), Line(f"onto a {topic} line.", 728, 738, 10.0),
+                Line(f"# chown {topic.lower()} foo", 690, 700, 10.0)]
+
+    pages = drop_running_lines([page(n, topic) for n, topic in enumerate(["Links", "Pipes", "Sockets", "Devices"], 1)])
+    markdown = lines_to_markdown(pages)[0]
+    assert markdown == "# 1.1 Links\n\nBody text about Links that wraps\nonto a Links line.\n\n\\# chown links foo"

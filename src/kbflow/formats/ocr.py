@@ -54,6 +54,8 @@ def ocr_lines(pixels: np.ndarray, max_side: int) -> list[tuple[list[list[float]]
 
 def ocr_text(pixels: np.ndarray, max_side: int) -> str:
     """Recognised text: lines joined by newlines, a blank line where the vertical gap says a paragraph ends."""
+    from kbflow.formats.pdf import escape_line
+
     lines = ocr_lines(pixels, max_side)
     if not lines:
         return ""
@@ -63,7 +65,7 @@ def ocr_text(pixels: np.ndarray, max_side: int) -> str:
     for box, text, _score in lines:
         if previous is not None and (_top(box) - _bottom(previous) > 0.9 * line_height or _top(box) < _top(previous)):
             out.append("")
-        out.append(text)
+        out.append(escape_line(text))
         previous = box
     return "\n".join(out).strip() + "\n"
 

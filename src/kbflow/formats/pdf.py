@@ -65,6 +65,11 @@ def page_lines(textpage) -> list[Line]:
     return lines
 
 
+def escape_line(text: str) -> str:
+    """A body line that would read as a Markdown heading (a shell root prompt '# cmd') is escaped."""
+    return "\\" + text if text.lstrip().startswith("#") else text
+
+
 def _furniture_key(text: str) -> str:
     without_numbers = re.sub(r"\b[ivxlcdm]+\b|\d+", " ", text, flags=re.I)  # page numbers, arabic or roman
     return " ".join(re.sub(r"[\W_]+", " ", without_numbers).split())
@@ -108,11 +113,11 @@ def lines_to_markdown(pages: list[list[Line]]) -> list[str]:
                 else:
                     parts += ["", "#" * level[line.size] + " " + line.text.strip(), ""]
             elif new_block:
-                parts += ["", line.text]
+                parts += ["", escape_line(line.text)]
             else:
-                parts.append(line.text)
+                parts.append(escape_line(line.text))
             previous = line
-        out.append("\n".join(parts).strip())
+        out.append(re.sub(r"\n{3,}", "\n\n", "\n".join(parts)).strip())
     return out
 
 
