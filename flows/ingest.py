@@ -42,6 +42,7 @@ from kbflow.pipeline import (
     resolve_chunk_tokens,
     store_rows,
 )
+from kbflow.archive import ArchiveLimits
 from kbflow.scan import scan
 from kbflow.schemas import CHUNKS, DOCUMENTS, SECTIONS
 from kbflow.snapshots import clean_temporaries, write_table
@@ -117,7 +118,7 @@ def ingest(
     chunker = chunker_fingerprint(embedder.token_counter(), chunk_tokens, config.chunking.overlap_tokens,
                                   config.chunking.heading_prefix)
     run = Run(config, namespace, run_id, data_dir / "runs" / namespace / run_id, state, embedder,
-              Fingerprints(converter_fingerprint(), chunker, embedder.model_id), chunk_tokens, force,
+              Fingerprints(converter_fingerprint(config.convert), chunker, embedder.model_id), chunk_tokens, force,
               summary={"namespace": namespace, "run_id": run_id, "dry_run": dry_run,
                        "documents": {"new": 0, "changed": 0, "unchanged": 0, "removed": 0, "failed": 0},
                        "chunks": {"total": 0, "embedded": 0, "reused": 0, "deleted": 0},
@@ -162,7 +163,8 @@ def ingest(
 def _plan(run: Run, sources: list[str] | None, texts: list[dict]) -> Plan:
     started = time.perf_counter()
     config = run.config
-    scanned = scan(sources, run.namespace, config.convert.include, config.convert.exclude) if sources else []
+    limits = ArchiveLimits(int(config.convert.zip_max_total_mb * 1e6), config.convert.zip_max_members)
+    scanned = scan(sources, run.namespace, config.convert.include, config.convert.exclude, limits) if sources else []
     manifest = run.state.read_manifest()
     files = make_plan(scanned, manifest, run.fingerprints, force=run.force, track_removals=bool(sources))
     literal = make_plan(text_sources(texts, run.namespace), manifest, run.fingerprints, force=run.force,
@@ -189,14 +191,17 @@ def _ingest_batches(run: Run, plan: Plan, texts_by_path: dict[str, str]) -> None
     results = _result_storage(Path(config.data_dir))
     cached = dict(result_storage=results, refresh_cache=True if run.force else None,
                   cache_expiration=timedelta(days=config.flow.cache_days))  # result files are pruned at the same age
-    convert, split, chunk = (t.with_options(**cached) for t in (convert_task, split_task, chunk_task))
+    split, chunk = (t.with_options(**cached) for t in (split_task, chunk_task))
+    # per-document conversion cache, pruned with the results; --force converts everything again
+    convert_cache_dir = None if run.force else str(Path(config.data_dir) / "prefect" / "results" / "kbflow-convert")
     embed = embed_task.with_options(retries=config.embedder.retries,
                                     retry_delay_seconds=exponential_backoff(config.embedder.retry_backoff_s))
 
     def start_convert(index: int):
         files = [s for s in batches[index] if s.abs_path]
         first = index * size
-        return convert.submit(files, config.convert, first, first + len(batches[index]) - 1) if files else None
+        return convert_task.submit(files, config.convert, convert_cache_dir, first,
+                                   first + len(batches[index]) - 1) if files else None
 
     pending = start_convert(0) if batches else None
     for index, batch in enumerate(batches):
@@ -211,7 +216,7 @@ def _ingest_batches(run: Run, plan: Plan, texts_by_path: dict[str, str]) -> None
         write_table(documents, run.run_dir / "documents" / part, DOCUMENTS)
         run.failures.extend(conversion_failures(documents))
         failpoint("convert.done")
-        key = batch_key(batch)
+        key = batch_key(documents)
 
         started = time.perf_counter()
         sections = split(documents, key, first, last)

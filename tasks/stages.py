@@ -18,6 +18,7 @@ from prefect.cache_policies import NO_CACHE
 from kbflow import convert, pipeline, split
 from kbflow.chunk import CHUNK_VERSION
 from kbflow.config import ChunkConfig, ConvertConfig
+from kbflow.convert_cache import ConversionCache
 from kbflow.embed.base import Embedder
 from kbflow.embed.cache import VectorCache
 from kbflow.errors import is_transient
@@ -29,17 +30,6 @@ def _digest(*parts: object) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _sources_digest(sources: list[SourceFile]) -> list[tuple[str, str]]:
-    return [(source.doc_id, source.source_sha256) for source in sources]
-
-
-def convert_key(_context, parameters: dict) -> str:
-    options = parameters["options"]
-    return "convert-" + _digest(
-        convert.converter_fingerprint(), _sources_digest(parameters["sources"]), options.max_file_mb, options.timeout_s
-    )
-
-
 def split_key(_context, parameters: dict) -> str:
     return "split-" + _digest(split.SPLIT_VERSION, parameters["batch_key"])
 
@@ -48,9 +38,12 @@ def chunk_key(_context, parameters: dict) -> str:
     return "chunk-" + _digest(CHUNK_VERSION, parameters["batch_key"], parameters["chunker"])
 
 
-def batch_key(sources: list[SourceFile]) -> str:
-    """What convert's output depends on; split and chunk keys build on it."""
-    return _digest(convert.converter_fingerprint(), _sources_digest(sources))
+def batch_key(documents: pa.Table) -> str:
+    """What split and chunk depend on: the converted documents themselves (a document that failed and now
+    converts changes the key, so a batch's sections are never reused from a run where it had failed)."""
+    return _digest([(doc_id, status, converter, hashlib.sha256((markdown or "").encode()).hexdigest())
+                    for doc_id, status, converter, markdown in zip(*(documents.column(c).to_pylist() for c in
+                                                                     ("doc_id", "status", "converter", "markdown")))])
 
 
 def retry_only_transient(_task, _task_run, state) -> bool:
@@ -62,14 +55,18 @@ def retry_only_transient(_task, _task_run, state) -> bool:
     return False
 
 
-# convert/split/chunk are pure: only an error marked transient (none today, e.g. a network filesystem later) retries
+# split/chunk are pure: only an error marked transient (none today, e.g. a network filesystem later) retries
 CACHED = dict(persist_result=True, cache_expiration=timedelta(days=7), result_serializer="pickle",
               retries=2, retry_delay_seconds=[1, 5], retry_condition_fn=retry_only_transient)
 
 
-@task(name="convert", cache_key_fn=convert_key, task_run_name="convert docs {first}-{last}", **CACHED)
-def convert_task(sources: list[SourceFile], options: ConvertConfig, first: int, last: int) -> pa.Table:
-    return convert.convert_batch(sources, options.workers, options.max_file_mb, options.timeout_s)
+@task(name="convert", cache_policy=NO_CACHE, task_run_name="convert docs {first}-{last}",
+      retries=2, retry_delay_seconds=[1, 5], retry_condition_fn=retry_only_transient)
+def convert_task(sources: list[SourceFile], options: ConvertConfig, cache_dir: str | None, first: int,
+                 last: int) -> pa.Table:
+    """Not Prefect-cached as a batch: the conversion cache holds each document's success on its own, and never a
+    failure, so one failed file neither pins a batch nor stays failed after its cause went away."""
+    return convert.convert_batch(sources, options, ConversionCache(cache_dir) if cache_dir else None)
 
 
 @task(name="split", cache_key_fn=split_key, task_run_name="split docs {first}-{last}", **CACHED)

@@ -23,21 +23,21 @@ from kbflow.split import split_markdown
 from kbflow.tokens import EstimateTokenCounter
 
 
-def _markdown_of(corpus: Path, work: Path, workers: int) -> list[str]:
+def _markdown_of(corpus: Path, work: Path, options) -> list[str]:
     source = _corpus_dir(corpus, work / "corpus")
-    sources = scan([source], "bench", ["*"], [])
-    documents = convert_batch(sources, workers=workers)
+    sources = scan([source], "bench", options.include, options.exclude)
+    documents = convert_batch(sources, options)
     return [text for text in documents.column("markdown").to_pylist() if text]
 
 
-def bench_chunk(corpus: Path, out_file: Path, target_mb: float = 100.0, config=None, workers: int = 2) -> dict:
+def bench_chunk(corpus: Path, out_file: Path, target_mb: float = 100.0, config=None) -> dict:
     cfg = load_config(config)
     embedder = get_embedder(cfg.embedder)
     counter = embedder.token_counter()
     chunk_tokens = resolve_chunk_tokens(cfg.chunking, embedder.max_tokens, embedder.model_id)
     with tempfile.TemporaryDirectory(prefix="kbflow-bench-chunk-") as work:
         started = time.perf_counter()
-        originals = _markdown_of(corpus, Path(work), workers)
+        originals = _markdown_of(corpus, Path(work), cfg.convert)
         convert_s = time.perf_counter() - started
     original_bytes = sum(len(text.encode("utf-8")) for text in originals)
     copies = max(1, round(target_mb * 1e6 / original_bytes))

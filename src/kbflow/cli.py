@@ -235,6 +235,65 @@ def bench_chunk(
         out.print(f"written to {out_file}")
 
 
+@app.command("convert")
+def convert_files(
+    paths: list[Path] = typer.Argument(..., help="Files and folders to convert, recursively (ZIP members too)."),
+    out_dir: Path = typer.Option(..., "--out", help="Folder that receives one <source path>.md per file."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Processes converting in parallel (default: config)."),
+    config: Optional[Path] = ConfigOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Write the Markdown the pipeline sees for each file; exit 1 when some files failed."""
+    from kbflow.config import load_config
+    from kbflow.convert_run import convert_to_folder
+
+    try:
+        options = load_config(config).convert
+        if workers is not None:
+            options = options.model_copy(update={"workers": workers})
+        for path in paths:
+            if not path.exists() and not path.is_symlink():
+                raise KbflowError(f"{str(path)!r} does not exist: pass existing files or folders")
+        result = convert_to_folder(paths, out_dir, options)
+    except KbflowError as exc:
+        _fail(exc)
+    if as_json:
+        _print_json(result)
+    else:
+        for item in result["written"]:
+            out.print(f"  ok  {item['source_path']}  ->  {item['markdown_path']}  ({item['converter']}, "
+                      f"{item['chars']:,} chars)", highlight=False, markup=False)
+        for failure in result["failures"]:
+            err.print(f"[red]failed[/] {escape(failure['message'])}", highlight=False, soft_wrap=True)
+        out.print(f"{result['converted']} of {result['files']} files converted into {out_dir}")
+    if result["failed"]:
+        raise typer.Exit(1)
+
+
+@bench_app.command("convert")
+def bench_convert(
+    corpus: Path = typer.Option(..., "--corpus", help="Folder of documents of many formats (e.g. shared corpora mixed/)."),
+    pdf: Optional[Path] = typer.Option(None, "--pdf", help="PDF for the fast-path comparison (default: debian-reference.en.pdf in the corpus)."),
+    out_file: Path = typer.Option(Path("docs/bench/convert-mixed.json"), "--out", help="Where the JSON goes; the PNG plot goes beside it."),
+    config: Optional[Path] = ConfigOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Files/s and MB/s per format, the PDF fast path against MarkItDown, OCR CER and speech WER."""
+    from kbflow.bench_convert import bench_convert as run_bench
+    from kbflow.config import load_config
+
+    try:
+        result = run_bench(corpus, out_file, pdf, load_config(config).convert)
+    except KbflowError as exc:
+        _fail(exc)
+    if as_json:
+        _print_json(result)
+    else:
+        out.print_json(json.dumps({"formats": result["formats"], "pdf_speedup": result["pdf_speedup"],
+                                   "quality": result["quality"]}, ensure_ascii=False))
+        out.print(f"written to {out_file} and {out_file.with_suffix('.png')}")
+
+
 def _finish_run(summary: dict, as_json: bool) -> None:
     """Print a run's summary; exit 1 when some documents failed (the others were ingested)."""
     _print_json(summary) if as_json else _print_summary(summary)

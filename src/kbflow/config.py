@@ -22,12 +22,33 @@ class _Section(BaseModel):
 class ConvertConfig(_Section):
     workers: int = Field(1, ge=1, le=64, description="Processes converting files in parallel (1 = in the flow's process).")
     max_file_mb: float = Field(50.0, gt=0, description="Files larger than this are recorded as failures, not converted.")
-    timeout_s: float = Field(120.0, gt=0, description="Per-file conversion time limit, in seconds (enforced when workers > 1).")
+    timeout_s: float = Field(120.0, gt=0, description="Per-file conversion time limit, in seconds; with workers > 1 a stuck worker is killed.")
     include: list[str] = Field(default_factory=lambda: ["*"], description="Glob patterns of file names to ingest.")
     exclude: list[str] = Field(
         default_factory=lambda: [".*", "*~", "*.tmp", "Thumbs.db"],
         description="Glob patterns of file or folder names to skip (hidden files by default).",
     )
+    pdf_engine: Literal["pdfium", "markitdown"] = Field(
+        "pdfium", description="PDF text path: 'pdfium' (fast, per-page; pages without a text layer are OCR'd) "
+        "or 'markitdown' (pdfminer, slower, no OCR).")
+    pdf_passwords_env: str = Field(
+        "KBFLOW_PDF_PASSWORDS", description="Name of the environment variable holding passwords to try on "
+        "encrypted PDFs, one per line (never the passwords themselves).")
+    ocr: bool = Field(True, description="OCR images and PDF pages without a text layer (offline, English + Chinese).")
+    ocr_max_side: int = Field(2000, ge=320, le=8000, description="Longest image side, in pixels, given to OCR; larger images are scaled down.")
+    ocr_pdf_dpi: int = Field(200, ge=72, le=600, description="Resolution at which a PDF page without text is rendered for OCR.")
+    audio_backend: Literal["auto", "pocketsphinx", "dashscope"] = Field(
+        "auto", description="Speech recognition: 'pocketsphinx' (offline, English), 'dashscope' (needs the key), "
+        "'auto' = DashScope when its API key variable is set, else PocketSphinx.")
+    dashscope_api_key_env: str = Field("DASHSCOPE_API_KEY", description="Name of the environment variable holding the DashScope API key.")
+    dashscope_base_url: str = Field("https://dashscope.aliyuncs.com", description="DashScope endpoint (https://dashscope-intl.aliyuncs.com outside China).")
+    dashscope_asr_model: str = Field("qwen3-asr-flash", description="DashScope speech recognition model.")
+    dashscope_timeout_s: float = Field(120.0, gt=0, description="Per-request timeout for DashScope speech recognition.")
+    dashscope_retries: int = Field(3, ge=0, le=10, description="Retries of a DashScope request on 429, 5xx and timeouts.")
+    zip_max_total_mb: float = Field(500.0, gt=0, description="An archive whose members add up to more than this (uncompressed) is refused as a possible ZIP bomb.")
+    zip_max_members: int = Field(10000, ge=1, description="An archive with more members than this is refused.")
+    max_line_chars: int = Field(1_000_000, ge=1000, description="A text file with a longer line is refused (minified or binary data).")
+    html_max_depth: int = Field(200, ge=10, le=400, description="HTML nested deeper than this is refused (it would exhaust the converter's recursion).")
 
 
 class ChunkConfig(_Section):

@@ -1,59 +1,82 @@
 """Convert source files to Markdown. A file that fails becomes a row with status 'failed', never an exception
-that stops the batch."""
+that stops the batch.
+
+Each format has its own path (``kbflow.formats``): PDF through PDFium with OCR for pages without text, images by
+OCR, audio by speech recognition, HTML cleaned and structured, text decoded with its encoding recorded, code and
+data fenced, Office files and EPUB through MarkItDown, ZIP members as documents of their own.
+"""
 
 from __future__ import annotations
 
-import concurrent.futures as cf
+import atexit
 import hashlib
 import io
-import multiprocessing
-import re
 import time
 from dataclasses import dataclass
 from importlib.metadata import version
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pyarrow as pa
 
+from kbflow.archive import ZIP_SUFFIXES, ArchiveLimits, open_archive, read_member
+from kbflow.config import ConvertConfig
 from kbflow.errors import ConversionError
+from kbflow.formats.audio import AUDIO_SUFFIXES, audio_fingerprint, resolve_backend, transcribe
+from kbflow.formats.html import HTML_SUFFIXES, convert_html
+from kbflow.formats.ocr import IMAGE_SUFFIXES, image_array, ocr_fingerprint, ocr_text
+from kbflow.formats.pdf import convert_pdf
+from kbflow.formats.text import (CSV_SUFFIXES, TEXT_SUFFIXES, check_lines, code_language, csv_table, decode_text,
+                                 fenced)
 from kbflow.scan import SourceFile, doc_id_for
 from kbflow.schemas import DOCUMENTS
 
-CONVERT_VERSION = "2"  # bump when this module's output changes for the same input
-TEXT_SUFFIXES = {".md", ".markdown", ".txt", ".rst", ".text"}
-HTML_SUFFIXES = {".html", ".htm", ".xhtml"}
-BINARY_SUFFIXES = {".pdf", ".docx", ".pptx", ".xlsx", ".xls", ".epub", ".zip", ".doc", ".ppt", ".msg"}
-# page furniture that is not content: navigation bars, headers and footers, scripts (never run or fetched)
-HTML_DROP_TAGS = ("script", "style", "noscript", "nav", "iframe", "object", "embed")
-HTML_PAGE_FURNITURE = ("header", "footer")  # dropped at page level; inside an article they may hold its title
-HTML_DROP_CLASSES = re.compile(r"\b(navheader|navfooter|navigation|docnav|breadcrumbs?|sidebar|skip-?link)\b", re.I)
+__all__ = ["Converted", "convert_file", "convert_bytes", "convert_batch", "converter_fingerprint", "decode_text",
+           "text_sources", "text_documents"]
+
+CONVERT_VERSION = "3"  # bump when this module's output changes for the same input
+ZIP_MAGIC = b"PK\x03\x04"
+OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
+# Office/e-book formats MarkItDown converts, with the container their bytes must be
+MARKITDOWN_FORMATS = {".docx": ZIP_MAGIC, ".pptx": ZIP_MAGIC, ".xlsx": ZIP_MAGIC, ".epub": ZIP_MAGIC, ".xls": OLE_MAGIC}
 
 
-def converter_fingerprint() -> str:
-    """Name, version and options of the converter: part of every cache key, so an upgrade re-converts."""
-    return f"markitdown@{version('markitdown')}+kbflow-convert-v{CONVERT_VERSION}"
+def converter_fingerprint(options: ConvertConfig | None = None) -> str:
+    """Name, version and options of every converter: part of every cache key, so an upgrade or an option change
+    re-converts."""
+    options = options or ConvertConfig()
+    backend = resolve_backend(options.audio_backend, options.dashscope_api_key_env)
+    output_options = (f"pdf={options.pdf_engine},ocr={options.ocr}/{options.ocr_pdf_dpi}dpi,"
+                      f"line<={options.max_line_chars},depth<={options.html_max_depth}")
+    return (f"kbflow-convert-v{CONVERT_VERSION}+markitdown@{version('markitdown')}+pypdfium2@{version('pypdfium2')}"
+            f"+{ocr_fingerprint(options.ocr_max_side)}+{audio_fingerprint(backend, options.dashscope_asr_model)}"
+            f"+[{output_options}]")
+
+
+def format_fingerprint(options: ConvertConfig, name: str) -> str:
+    """The part of the fingerprint that one file's output depends on: the per-document cache key, so switching
+    the speech backend re-converts audio, not PDFs."""
+    suffix = PurePosixPath(name).suffix.lower()
+    base = f"kbflow-convert-v{CONVERT_VERSION}"
+    if suffix == ".pdf" and options.pdf_engine == "pdfium":
+        return (f"{base}+pypdfium2@{version('pypdfium2')}+ocr={options.ocr}/{options.ocr_pdf_dpi}dpi+"
+                f"{ocr_fingerprint(options.ocr_max_side)}")
+    if suffix in IMAGE_SUFFIXES:
+        return f"{base}+{ocr_fingerprint(options.ocr_max_side)}"
+    if suffix in AUDIO_SUFFIXES:
+        backend = resolve_backend(options.audio_backend, options.dashscope_api_key_env)
+        return f"{base}+{audio_fingerprint(backend, options.dashscope_asr_model)}"
+    if suffix in HTML_SUFFIXES:
+        return f"{base}+markitdown@{version('markitdown')}+depth<={options.html_max_depth}"
+    if suffix in MARKITDOWN_FORMATS or suffix == ".pdf":
+        return f"{base}+markitdown@{version('markitdown')}"
+    return f"{base}+text+line<={options.max_line_chars}"
 
 
 @dataclass(frozen=True)
 class Converted:
     markdown: str
-    converter: str
-
-
-def decode_text(data: bytes, source: str) -> tuple[str, str]:
-    """Decode text bytes; stop at the first decoding that works and say which one it was."""
-    if data.startswith(b"\xef\xbb\xbf"):
-        return data[3:].decode("utf-8"), "utf-8-sig"
-    try:
-        return data.decode("utf-8"), "utf-8"
-    except UnicodeDecodeError:
-        pass
-    from charset_normalizer import from_bytes  # installed with markitdown
-
-    best = from_bytes(data).best()
-    if best is None:
-        raise ConversionError(f"{source}: bytes are not text in any known encoding; remove the file or convert it to UTF-8")
-    return str(best), best.encoding
+    converter: str  # the fingerprint and the path taken, e.g. '...:pdf-pdfium'
+    encoding: str | None = None  # the text encoding, for text formats
 
 
 _markitdown = None
@@ -68,78 +91,134 @@ def _get_markitdown():
     return _markitdown
 
 
-def _convert_html(data: bytes):
-    """MarkItDown on the page's content only: navigation, headers, footers and scripts are removed first."""
-    from bs4 import BeautifulSoup  # installed with markitdown
+def _markitdown_convert(data: bytes, suffix: str, source: str) -> str:
     from markitdown import StreamInfo
 
-    soup = BeautifulSoup(data, "html.parser")
-    for element in soup(HTML_DROP_TAGS):
-        element.decompose()
-    for element in soup(HTML_PAGE_FURNITURE):
-        if element.find_parent(("article", "main", "section")) is None:
-            element.decompose()
-    for element in soup.find_all(class_=HTML_DROP_CLASSES):
-        element.decompose()
-    for element in soup.find_all(attrs={"role": "navigation"}):
-        element.decompose()
-    cleaned = io.BytesIO(str(soup).encode("utf-8"))
-    return _get_markitdown().convert_stream(cleaned, stream_info=StreamInfo(extension=".html", charset="utf-8"))
-
-
-def convert_file(path: str, source_path: str) -> Converted:
-    """Markdown of one file. Raises ConversionError with the file name and what to do."""
-    file = Path(path)
-    fingerprint = converter_fingerprint()
-    if file.suffix.lower() in TEXT_SUFFIXES:
-        text, encoding = decode_text(file.read_bytes(), source_path)
-        return Converted(text, f"{fingerprint}+text:{encoding}")
+    fmt = suffix[1:].upper()
+    magic = MARKITDOWN_FORMATS.get(suffix)
+    if magic is not None and not data.startswith(magic):
+        hint = " (it is an OLE container: password-protected?)" if data.startswith(OLE_MAGIC) else ""
+        raise ConversionError(f"{source}: not a valid {fmt} file{hint}; the bytes are not a {fmt} container. "
+                              "Repair or re-export it, or exclude it with convert.exclude")
     try:
-        if file.suffix.lower() in HTML_SUFFIXES:
-            result = _convert_html(file.read_bytes())
-        else:
-            result = _get_markitdown().convert_local(str(file))
+        result = _get_markitdown().convert_stream(io.BytesIO(data), stream_info=StreamInfo(extension=suffix))
     except Exception as exc:  # markitdown raises many unrelated types; each becomes one clear failure row
         raise ConversionError(
-            f"{source_path}: MarkItDown could not convert it ({type(exc).__name__}: {str(exc)[:300]}); "
-            "check that the file opens in its own application, or exclude it with convert.exclude"
+            f"{source}: corrupt or truncated {fmt} file, MarkItDown could not read it ({type(exc).__name__}: "
+            f"{' '.join(str(exc).split())[:300]}); check that it opens in its own application, re-export it, or exclude it with "
+            "convert.exclude"
         ) from exc
     markdown = result.text_content or ""
-    suffix = file.suffix.lower()
-    if suffix in BINARY_SUFFIXES and markdown.strip() == file.read_bytes().decode("utf-8", "replace").strip():
-        # MarkItDown fell back to reading the bytes as plain text: the file is not a valid document of its type
-        raise ConversionError(
-            f"{source_path}: not a valid {suffix[1:].upper()} file (its bytes are plain text); "
-            "repair or re-export it, or exclude it with convert.exclude"
-        )
+    if magic is not None and markdown.strip() == data.decode("utf-8", "replace").strip():
+        raise ConversionError(f"{source}: not a valid {fmt} file (MarkItDown read its bytes as plain text); "
+                              "repair or re-export it, or exclude it with convert.exclude")
+    return markdown
+
+
+def convert_bytes(data: bytes, name: str, source: str, options: ConvertConfig | None = None) -> Converted:
+    """Markdown of one file's bytes; ``name`` (its file name) selects the format. Raises ConversionError."""
+    options = options or ConvertConfig()
+    fingerprint = converter_fingerprint(options)
+    suffix = PurePosixPath(name).suffix.lower()
+    if not data:
+        raise ConversionError(f"{source}: empty file (0 bytes); remove it or exclude it with convert.exclude")
+    encoding = None
+    if suffix == ".pdf" and options.pdf_engine == "pdfium":
+        markdown, stats = convert_pdf(data, source, options.pdf_passwords_env, options.ocr, options.ocr_pdf_dpi,
+                                      options.ocr_max_side)
+        path = "pdf-pdfium" + ("+ocr" if stats["ocr_pages"] else "")
+        if not markdown.strip() and not options.ocr:
+            raise ConversionError(f"{source}: the PDF has no text layer and OCR is off; set convert.ocr: true")
+    elif suffix in IMAGE_SUFFIXES:
+        if not options.ocr:
+            raise ConversionError(f"{source}: images need OCR, which is off; set convert.ocr: true or exclude images")
+        markdown, path = ocr_text(image_array(data, source), options.ocr_max_side), "image-ocr"
+    elif suffix in AUDIO_SUFFIXES:
+        transcript, backend = transcribe(data, source, suffix, options)
+        markdown, path = transcript + "\n" if transcript else "", f"audio-{backend}"
+    elif suffix in HTML_SUFFIXES:
+        markdown, encoding = convert_html(data, source, options.html_max_depth, _get_markitdown())
+        path = "html"
+    elif suffix in ZIP_SUFFIXES:
+        raise ConversionError(f"{source}: a ZIP archive inside an archive is not opened; unpack the outer archive "
+                              "and ingest the folder")
+    elif suffix in MARKITDOWN_FORMATS or suffix == ".pdf":
+        markdown, path = _markitdown_convert(data, suffix, source), f"markitdown{suffix}"
+    else:
+        markdown, encoding, path = _convert_text_like(data, name, suffix, source, options)
     if not markdown.strip():
-        raise ConversionError(
-            f"{source_path}: conversion produced no text (an image-only or empty file?); "
-            "exclude it with convert.exclude, or supply a text version"
-        )
-    return Converted(markdown, fingerprint)
+        raise ConversionError(f"{source}: conversion produced no text (blank page, silent audio, or an image without "
+                              "legible text?); supply a text version or exclude it with convert.exclude")
+    return Converted(markdown, f"{fingerprint}:{path}", encoding)
 
 
-def _row(source: SourceFile, markdown: str | None, converter: str, error: str | None) -> dict:
+def _convert_text_like(data: bytes, name: str, suffix: str, source: str,
+                       options: ConvertConfig) -> tuple[str, str, str]:
+    """(markdown, encoding, path) of text, CSV, code and data files; anything else that decodes as text is text."""
+    text, encoding = decode_text(data, source)
+    check_lines(text, source, options.max_line_chars)
+    if suffix in TEXT_SUFFIXES:
+        return text, encoding, "text"
+    if suffix in CSV_SUFFIXES:
+        return csv_table(text, CSV_SUFFIXES[suffix]), encoding, "csv"
+    language = code_language(name)
+    if language is not None:
+        return fenced(text, language), encoding, f"code-{language}"
+    if "\x00" in text or sum(not (c.isprintable() or c.isspace()) for c in text[:4096]) > 40:
+        raise ConversionError(f"{source}: unsupported format {suffix or '(no suffix)'} with binary content; "
+                              "exclude it with convert.exclude")
+    return text, encoding, "text"
+
+
+def convert_file(path: str, source_path: str, options: ConvertConfig | None = None,
+                 member: str | None = None) -> Converted:
+    """Markdown of one file (or of one ZIP member, read in memory). Raises ConversionError with the file name
+    and what to do."""
+    options = options or ConvertConfig()
+    limits = ArchiveLimits(int(options.zip_max_total_mb * 1e6), options.zip_max_members)
+    if member is not None:
+        archive, members = open_archive(path, source_path, limits)
+        with archive:
+            info = next((m for m in members if m.filename == member), None)
+            if info is None:
+                raise ConversionError(f"{source_path}: the archive no longer holds this member; run again")
+            return convert_bytes(read_member(archive, info, source_path), member, source_path, options)
+    if Path(path).suffix.lower() in ZIP_SUFFIXES:
+        archive, _members = open_archive(path, source_path, limits)  # raises the reason the scan refused it
+        archive.close()
+        raise ConversionError(f"{source_path}: a ZIP archive is ingested member by member; scan it again")
+    return convert_bytes(Path(path).read_bytes(), Path(path).name, source_path, options)
+
+
+def _row(source: SourceFile, converted: Converted | None, converter: str, error: str | None) -> dict:
     return {
         "doc_id": source.doc_id, "source_path": source.source_path, "abs_path": source.abs_path,
         "source_sha256": source.source_sha256, "size": source.size, "mtime": source.mtime, "mime": source.mime,
-        "converter": converter, "markdown": markdown,
+        "converter": converted.converter if converted else converter,
+        "markdown": converted.markdown if converted else None,
         "status": "failed" if error else "ok", "error": error,
+        "encoding": converted.encoding if converted else None,
     }
 
 
-def _convert_one(source: SourceFile, max_bytes: int) -> dict:
+def _convert_one(source: SourceFile, options: ConvertConfig) -> dict:
     try:
+        if source.unreadable:
+            raise ConversionError(f"{source.source_path}: {source.unreadable}; fix the link or remove it")
+        max_bytes = int(options.max_file_mb * 1e6)
         if source.size > max_bytes:
             raise ConversionError(
                 f"{source.source_path}: {source.size / 1e6:.1f} MB is over convert.max_file_mb "
                 f"({max_bytes / 1e6:.1f} MB); raise the limit in config or exclude the file"
             )
-        converted = convert_file(source.abs_path, source.source_path)
+        converted = convert_file(source.abs_path, source.source_path, options, source.member)
+    except RecursionError:
+        return _row(source, None, converter_fingerprint(options),
+                    f"ConversionError: {source.source_path}: the document is nested too deeply to convert; "
+                    "simplify it or exclude it with convert.exclude")
     except Exception as exc:  # every failure is recorded, the batch goes on
-        return _row(source, None, converter_fingerprint(), f"{type(exc).__name__}: {exc}")
-    return _row(source, converted.markdown, converted.converter, None)
+        return _row(source, None, converter_fingerprint(options), f"{type(exc).__name__}: {exc}")
+    return _row(source, converted, "", None)
 
 
 def text_sources(texts: list[dict], namespace: str) -> list[SourceFile]:
@@ -156,41 +235,59 @@ def text_sources(texts: list[dict], namespace: str) -> list[SourceFile]:
 
 def text_documents(sources: list[SourceFile], texts_by_path: dict[str, str]) -> pa.Table:
     """Documents rows for literal texts: the text is its own Markdown, nothing to convert."""
-    rows = [_row(source, texts_by_path[source.source_path], converter_fingerprint(), None) for source in sources]
+    rows = [_row(source, Converted(texts_by_path[source.source_path], converter_fingerprint(), "utf-8"), "", None)
+            for source in sources]
     return pa.Table.from_pylist(rows, schema=DOCUMENTS)
 
 
-_pool: cf.ProcessPoolExecutor | None = None
-_pool_workers = 0
+_pool = None
 
 
-def _get_pool(workers: int) -> cf.ProcessPoolExecutor:
-    global _pool, _pool_workers
-    if _pool is None or _pool_workers != workers:
+def _get_pool(workers: int):
+    from kbflow.convert_pool import KillablePool
+
+    global _pool
+    if _pool is None or len(_pool.workers) != workers:
         if _pool is not None:
-            _pool.shutdown(cancel_futures=True)
-        # spawn: the parent has torch and Prefect threads; forking those is unsafe
-        _pool = cf.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
-        _pool_workers = workers
+            _pool.close()
+        _pool = KillablePool(workers, _convert_one)
+        atexit.register(_pool.close)
     return _pool
 
 
-def convert_batch(sources: list[SourceFile], workers: int = 1, max_file_mb: float = 50.0, timeout_s: float = 120.0) -> pa.Table:
-    """Documents table for ``sources``: one row each, failed ones with status 'failed' and the error."""
-    max_bytes = int(max_file_mb * 1e6)
-    if workers <= 1 or len(sources) <= 1:
-        rows = [_convert_one(source, max_bytes) for source in sources]
-    else:
-        pool = _get_pool(workers)
-        futures = [pool.submit(_convert_one, source, max_bytes) for source in sources]
-        rows = []
-        for source, future in zip(sources, futures):
-            try:
-                rows.append(future.result(timeout=timeout_s))
-            except cf.TimeoutError:
-                # the worker keeps running until the pool is recycled; the row says what happened
-                message = (f"ConversionError: {source.source_path}: took over convert.timeout_s ({timeout_s:.0f} s); "
-                           "raise the limit or exclude the file")
-                rows.append(_row(source, None, converter_fingerprint(), message))
-    return pa.Table.from_pylist(rows, schema=DOCUMENTS)
+def convert_batch(sources: list[SourceFile], options: ConvertConfig | None = None, cache=None) -> pa.Table:
+    """Documents table for ``sources``: one row each, failed ones with status 'failed' and the error.
 
+    ``cache`` (a ``ConversionCache``) returns earlier successes and stores new ones; failures are never cached,
+    so a file that failed for a passing reason is converted again next time."""
+    options = options or ConvertConfig()
+    fingerprint = converter_fingerprint(options)
+    keys = [format_fingerprint(options, source.member or source.abs_path) for source in sources]
+    rows: list[dict | None] = [cache.get(s, key) if cache is not None else None for s, key in zip(sources, keys)]
+    for row in rows:
+        if row is not None:  # same output, current fingerprint (it may differ in parts this format ignores)
+            row["converter"] = f"{fingerprint}:{row['converter'].rsplit(':', 1)[-1]}"
+    todo = [i for i, row in enumerate(rows) if row is None]
+    if options.workers <= 1 or len(todo) <= 1:
+        for i in todo:
+            rows[i] = _convert_one(sources[i], options)
+    else:
+        def timed_out(job: int) -> dict:
+            return _row(sources[todo[job]], None, fingerprint,
+                        f"ConversionError: {sources[todo[job]].source_path}: conversion took over convert.timeout_s "
+                        f"({options.timeout_s:g} s) and its worker was stopped; raise the limit or exclude the file")
+
+        def crashed(job: int, exitcode: int | None) -> dict:
+            return _row(sources[todo[job]], None, fingerprint,
+                        f"ConversionError: {sources[todo[job]].source_path}: the converter process died (exit code "
+                        f"{exitcode}; out of memory?); exclude the file or convert it with workers: 1 to see the error")
+
+        results = _get_pool(options.workers).map([(sources[i], options) for i in todo], options.timeout_s,
+                                                 timed_out, crashed)
+        for i, row in zip(todo, results):
+            rows[i] = row
+    if cache is not None:
+        for i in todo:
+            if rows[i]["status"] == "ok":
+                cache.put(sources[i], keys[i], rows[i])
+    return pa.Table.from_pylist(rows, schema=DOCUMENTS)

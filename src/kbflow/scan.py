@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import hashlib
 import mimetypes
@@ -9,7 +10,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from kbflow.errors import ConfigError
+from kbflow.archive import MEMBER_SEP, ZIP_SUFFIXES, ArchiveLimits, member_escapes, open_archive, read_member
+from kbflow.errors import ConfigError, ConversionError
 
 HASH_CHUNK = 1 << 20
 
@@ -23,6 +25,8 @@ class SourceFile:
     size: int
     mtime: float
     mime: str
+    member: str | None = None  # inside a ZIP archive (abs_path): the member's path; its bytes are read in memory
+    unreadable: str | None = None  # why the file could not be read at scan time (a symlink loop, ...): fails at convert
 
 
 def doc_id_for(namespace: str, source_path: str) -> str:
@@ -45,12 +49,16 @@ def _excluded(name: str, patterns: list[str]) -> bool:
 def iter_files(sources: list[str | Path], include: list[str], exclude: list[str]):
     """Yield (file path, base folder) for every file under the sources, recursively, in a stable order.
 
-    Symlinked folders are not followed, so a symlink loop cannot trap the walk.
+    Symlinked folders are not followed, so a symlink loop cannot trap the walk; a symlink that leads nowhere
+    (a loop, a missing target) is yielded too, so that it is reported instead of silently skipped.
     """
     for source in sources:
         root = Path(source).expanduser()
-        if not root.exists():
+        if not root.exists() and not root.is_symlink():
             raise ConfigError(f"source {str(source)!r} does not exist: pass an existing file or folder")
+        if root.is_symlink() and not root.exists():
+            yield root.absolute(), root.absolute().parent
+            continue
         root = root.resolve()
         if root.is_file():
             yield root, root.parent
@@ -61,16 +69,74 @@ def iter_files(sources: list[str | Path], include: list[str], exclude: list[str]
                 if _excluded(name, exclude) or not any(fnmatch.fnmatch(name, p) for p in include):
                     continue
                 path = Path(folder) / name
-                if path.is_file():
+                if path.is_file() or (path.is_symlink() and not path.exists()):
                     yield path, root.parent
 
 
-def scan(sources: list[str | Path], namespace: str, include: list[str], exclude: list[str]) -> list[SourceFile]:
+def _unreadable_source(path: Path, source_path: str, namespace: str) -> SourceFile | None:
+    """A source for a link that cannot be read (its conversion fails with the reason), or None if readable."""
+    try:
+        path.stat()
+        return None
+    except OSError as exc:
+        target = os.readlink(path) if path.is_symlink() else ""
+        reason = ("symlink loop" if exc.errno == errno.ELOOP
+                  else "broken symlink" if path.is_symlink() else "unreadable file")
+        digest = hashlib.sha256(f"{reason}\x00{target}".encode()).hexdigest()
+        return SourceFile(doc_id=doc_id_for(namespace, source_path), source_path=source_path, abs_path=str(path),
+                          source_sha256=digest, size=0, mtime=0.0, mime="inode/symlink",
+                          unreadable=f"{reason} (-> {target!r}): {exc.strerror}")
+
+
+def archive_members(path: Path, source_path: str, namespace: str, limits: ArchiveLimits,
+                    include: list[str], exclude: list[str]) -> list[SourceFile] | None:
+    """One source per file member of a ZIP archive; None when the archive as a whole is refused (then the
+    archive itself becomes a source whose conversion fails with the reason)."""
+    try:
+        archive, members = open_archive(str(path), source_path, limits)
+    except ConversionError:
+        return None
+    found = []
+    stat = path.stat()
+    with archive:
+        for info in members:
+            parts = info.filename.replace("\\", "/").split("/")
+            escapes = member_escapes(info.filename)  # always listed, so that it is reported (never read)
+            if not escapes and (any(_excluded(part, exclude) for part in parts if part) or
+                                not any(fnmatch.fnmatch(parts[-1], p) for p in include)):
+                continue
+            member_path = f"{source_path}{MEMBER_SEP}{info.filename}"
+            if escapes:  # never read: its conversion reports it
+                digest = hashlib.sha256(f"escaping member\x00{info.filename}".encode()).hexdigest()
+            else:
+                try:
+                    digest = hashlib.sha256(read_member(archive, info, member_path)).hexdigest()
+                except ConversionError:
+                    digest = hashlib.sha256(f"unreadable member\x00{info.CRC}".encode()).hexdigest()
+            found.append(SourceFile(
+                doc_id=doc_id_for(namespace, member_path), source_path=member_path, abs_path=str(path),
+                source_sha256=digest, size=info.file_size, mtime=stat.st_mtime,
+                mime=mimetypes.guess_type(parts[-1])[0] or "application/octet-stream", member=info.filename))
+    return found
+
+
+def scan(sources: list[str | Path], namespace: str, include: list[str], exclude: list[str],
+         archive_limits: ArchiveLimits | None = None) -> list[SourceFile]:
     """Hash every source file. Relative paths start at each source's own folder name, so the same
-    folder ingested from another working directory keeps its ids."""
+    folder ingested from another working directory keeps its ids. ZIP archives are listed member by member."""
+    limits = archive_limits or ArchiveLimits(max_total_bytes=500_000_000, max_members=10_000)
     found: dict[str, SourceFile] = {}
     for path, base in iter_files(sources, include, exclude):
         source_path = path.relative_to(base).as_posix()
+        unreadable = _unreadable_source(path, source_path, namespace)
+        if unreadable is not None:
+            found[source_path] = unreadable
+            continue
+        if path.suffix.lower() in ZIP_SUFFIXES:
+            members = archive_members(path, source_path, namespace, limits, include, exclude)
+            if members is not None:
+                found.update((member.source_path, member) for member in members)
+                continue
         stat = path.stat()
         mime = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
         found[source_path] = SourceFile(

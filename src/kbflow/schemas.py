@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"  # 2: documents.encoding
 
 DOCUMENTS = pa.schema(
     [
@@ -19,6 +19,7 @@ DOCUMENTS = pa.schema(
         ("markdown", pa.large_string()),
         ("status", pa.string()),  # ok | failed
         ("error", pa.string()),
+        ("encoding", pa.string()),  # text decoded from this encoding (utf-8, gb18030, ...); null for binary formats
     ]
 )
 

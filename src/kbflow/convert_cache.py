@@ -1,0 +1,46 @@
+"""Per-document cache of successful conversions, keyed by (source bytes, converter fingerprint).
+
+Failures are never stored: a file that failed for a passing reason (a timeout on a busy machine, a 429 from a
+speech service) is converted again on the next run. One file per document, written to a temporary name and
+renamed, so a crash leaves either nothing or a whole entry. Entries live under the Prefect results folder and are
+pruned with it by age.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import uuid
+from pathlib import Path
+
+from kbflow.scan import SourceFile
+
+CACHED_FIELDS = ("converter", "markdown", "encoding")
+
+
+class ConversionCache:
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    def _path(self, source: SourceFile, fingerprint: str) -> Path:
+        key = hashlib.sha256(f"{source.source_sha256}\x00{fingerprint}".encode()).hexdigest()
+        return self.root / key[:2] / f"{key}.json"
+
+    def get(self, source: SourceFile, fingerprint: str) -> dict | None:
+        """The documents row of an earlier success for these bytes and this converter, or None."""
+        path = self._path(source, fingerprint)
+        try:
+            cached = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return {"doc_id": source.doc_id, "source_path": source.source_path, "abs_path": source.abs_path,
+                "source_sha256": source.source_sha256, "size": source.size, "mtime": source.mtime,
+                "mime": source.mime, "status": "ok", "error": None, **{k: cached.get(k) for k in CACHED_FIELDS}}
+
+    def put(self, source: SourceFile, fingerprint: str, row: dict) -> None:
+        path = self._path(source, fingerprint)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+        tmp.write_text(json.dumps({k: row[k] for k in CACHED_FIELDS}, ensure_ascii=False), encoding="utf-8")
+        os.replace(tmp, path)

@@ -1,0 +1,79 @@
+"""Speech to text: PocketSphinx offline (its packaged en-US model), or DashScope when its API key is set.
+
+Audio is decoded with soundfile (libsndfile, bundled in its wheel: WAV, FLAC, OGG/Vorbis, MP3), mixed down to mono
+and resampled to the 16 kHz the en-US model was trained on.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from importlib.metadata import version
+
+import numpy as np
+
+from kbflow.errors import ConversionError
+
+AUDIO_SUFFIXES = {".wav", ".flac", ".ogg", ".oga", ".mp3", ".aiff", ".aif"}
+MODEL_RATE = 16000
+_decoder = None
+
+
+def resolve_backend(backend: str, api_key_env: str) -> str:
+    if backend == "auto":
+        return "dashscope" if os.environ.get(api_key_env) else "pocketsphinx"
+    return backend
+
+
+def audio_fingerprint(backend: str, model: str) -> str:
+    if backend == "dashscope":
+        return f"dashscope-asr({model})"
+    return f"pocketsphinx@{version('pocketsphinx')}(en-us)"
+
+
+def pcm16_mono(data: bytes, source: str) -> np.ndarray:
+    """16 kHz mono int16 samples of an audio file."""
+    import soundfile
+    from scipy.signal import resample_poly
+
+    try:
+        samples, rate = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=True)
+    except (soundfile.LibsndfileError, RuntimeError, TypeError, ValueError) as exc:
+        raise ConversionError(f"{source}: not a readable audio file ({exc}); convert it to WAV, FLAC or MP3") from exc
+    if samples.size == 0:
+        raise ConversionError(f"{source}: the audio holds no samples; remove the file")
+    mono = samples.mean(axis=1)
+    if rate != MODEL_RATE:
+        divisor = np.gcd(int(rate), MODEL_RATE)
+        mono = resample_poly(mono, MODEL_RATE // divisor, int(rate) // divisor)
+    return (np.clip(mono, -1.0, 1.0) * 32767).astype(np.int16)
+
+
+def _get_decoder():
+    global _decoder
+    if _decoder is None:
+        from pocketsphinx import Decoder
+
+        _decoder = Decoder(samprate=MODEL_RATE, loglevel="FATAL")
+    return _decoder
+
+
+def transcribe_pocketsphinx(data: bytes, source: str) -> str:
+    pcm = pcm16_mono(data, source)
+    decoder = _get_decoder()
+    decoder.start_utt()
+    decoder.process_raw(pcm.tobytes(), no_search=False, full_utt=True)
+    decoder.end_utt()
+    hypothesis = decoder.hyp()
+    return hypothesis.hypstr if hypothesis is not None else ""
+
+
+def transcribe(data: bytes, source: str, suffix: str, options) -> tuple[str, str]:
+    """(transcript, backend used)."""
+    backend = resolve_backend(options.audio_backend, options.dashscope_api_key_env)
+    if backend == "dashscope":
+        from kbflow.formats.dashscope_asr import DashScopeASR
+
+        client = DashScopeASR.from_options(options)
+        return client.transcribe(data, suffix, source), backend
+    return transcribe_pocketsphinx(data, source), backend

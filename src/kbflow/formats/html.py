@@ -1,0 +1,168 @@
+"""HTML to Markdown that keeps the document's structure and drops the page's furniture.
+
+- h1-h6 stay headings; every ``section``/``article`` boundary that is not already followed by a heading becomes a
+  thematic break line ``* * *`` (blank lines around it), which the split stage treats as a hard chunk boundary.
+- Navigation, page-level headers/footers, scripts, styles and embedded objects are removed before conversion; nothing
+  is executed or fetched.
+- Nesting deeper than ``convert.html_max_depth`` is refused before parsing (the converter is recursive).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from html.parser import HTMLParser
+
+from kbflow.errors import ConversionError
+
+HTML_SUFFIXES = {".html", ".htm", ".xhtml"}
+# page furniture that is not content: navigation bars, headers and footers, scripts (never run or fetched)
+HTML_DROP_TAGS = ("script", "style", "noscript", "nav", "iframe", "object", "embed", "template", "svg", "canvas")
+HTML_PAGE_FURNITURE = ("header", "footer")  # dropped at page level; inside an article they may hold its title
+HTML_DROP_CLASSES = re.compile(r"\b(navheader|navfooter|navigation|docnav|breadcrumbs?|sidebar|skip-?link)\b", re.I)
+HEADINGS = ("h1", "h2", "h3", "h4", "h5", "h6")
+SECTIONING = ("section", "article")
+SECTION_BREAK = "* * *"
+_MARKER = "KBFLOWSECTIONBREAKMARKER"
+_VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track", "wbr"}
+_SELF_CLOSING_SIBLINGS = {"p", "li", "dt", "dd", "tr", "td", "th", "option"}
+
+
+class _TooDeep(Exception):
+    pass
+
+
+class _DepthProbe(HTMLParser):
+    """Nesting depth as a browser would build it (an end tag closes up to its match; <p>/<li> close a sibling)."""
+
+    def __init__(self, limit: int):
+        super().__init__(convert_charrefs=False)
+        self.limit, self.stack, self.deepest = limit, [], 0
+
+    def handle_starttag(self, tag, attrs):
+        if tag in _VOID:
+            return
+        if tag in _SELF_CLOSING_SIBLINGS and self.stack and self.stack[-1] == tag:
+            self.stack.pop()
+        self.stack.append(tag)
+        self.deepest = max(self.deepest, len(self.stack))
+        if self.deepest > self.limit:
+            raise _TooDeep
+
+    def handle_endtag(self, tag):
+        if tag in self.stack:
+            while self.stack and self.stack.pop() != tag:
+                pass
+
+
+def check_depth(text: str, source: str, limit: int) -> None:
+    probe = _DepthProbe(limit)
+    try:
+        probe.feed(text)
+    except _TooDeep:
+        raise ConversionError(
+            f"{source}: HTML nested more than {limit} elements deep (convert.html_max_depth); such markup is generated "
+            "or malicious. Fix the page's markup, or exclude it with convert.exclude"
+        ) from None
+
+
+def _first_content(element):
+    """The first child element with content, skipping whitespace-only text."""
+    for child in element.children:
+        if getattr(child, "name", None) is None:
+            if str(child).strip():
+                return child
+            continue
+        return child
+    return None
+
+
+def _starts_with_heading(element) -> bool:
+    node = element
+    while node is not None and getattr(node, "name", None) is not None:
+        if node.name in HEADINGS:
+            return True
+        if node.name in ("header", "hgroup", "div", "section", "article") or node.name in ("a",):
+            node = _first_content(node)
+            continue
+        return False
+    return False
+
+
+def _mark_section_boundaries(soup) -> None:
+    for element in soup.find_all(SECTIONING):
+        if not _starts_with_heading(element):
+            element.insert_before(_marker(soup))
+        following = element.next_sibling
+        while following is not None and getattr(following, "name", None) is None and not str(following).strip():
+            following = following.next_sibling
+        if following is not None and not (getattr(following, "name", None) in SECTIONING or
+                                          _starts_with_heading(following)):
+            element.insert_after(_marker(soup))
+
+
+def _marker(soup):
+    tag = soup.new_tag("p")
+    tag.string = _MARKER
+    return tag
+
+
+def clean_html(text: str) -> str:
+    """The page's content only, with section boundaries marked."""
+    from bs4 import BeautifulSoup  # installed with markitdown
+
+    soup = BeautifulSoup(text, "html.parser")
+    for element in soup(HTML_DROP_TAGS):
+        element.decompose()
+    for element in soup(HTML_PAGE_FURNITURE):
+        if element.find_parent(SECTIONING + ("main",)) is None:
+            element.decompose()
+    for element in soup.find_all(class_=HTML_DROP_CLASSES):
+        element.decompose()
+    for element in soup.find_all(attrs={"role": "navigation"}):
+        element.decompose()
+    _mark_section_boundaries(soup)
+    return str(soup)
+
+
+def finish_markdown(markdown: str) -> str:
+    """Markers become ``* * *`` lines; repeated breaks and breaks at the very start or end go."""
+    lines, out = markdown.splitlines(), []
+    for line in lines:
+        if line.strip() == _MARKER:
+            while out and not out[-1].strip():
+                out.pop()
+            if out and out[-1] != SECTION_BREAK:
+                out += ["", SECTION_BREAK, ""]
+            continue
+        out.append(line)
+    while out and out[-1].strip() in ("", SECTION_BREAK):
+        out.pop()
+    return "\n".join(out) + "\n"
+
+
+def convert_html(data: bytes, source: str, max_depth: int, markitdown) -> tuple[str, str]:
+    """(markdown, encoding) of an HTML page."""
+    from markitdown import StreamInfo
+
+    from kbflow.formats.text import decode_text
+
+    text, encoding = _decode_html(data, source, decode_text)
+    check_depth(text, source, max_depth)
+    cleaned = io.BytesIO(clean_html(text).encode("utf-8"))
+    result = markitdown.convert_stream(cleaned, stream_info=StreamInfo(extension=".html", charset="utf-8"))
+    return finish_markdown(result.text_content or ""), encoding
+
+
+def _decode_html(data: bytes, source: str, decode_text) -> tuple[str, str]:
+    """A declared charset (meta tag) wins when it decodes the bytes; otherwise detection."""
+    head = data[:4096].decode("ascii", "ignore")
+    declared = re.search(r"""<meta[^>]+charset\s*=\s*["']?([A-Za-z0-9_.:-]+)""", head, re.I)
+    if declared and not data.startswith((b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff")):
+        name = declared.group(1).lower()
+        name = "gb18030" if name in ("gb2312", "gbk") else name
+        try:
+            return data.decode(name), name
+        except (LookupError, UnicodeDecodeError):
+            pass
+    return decode_text(data, source)

@@ -1,0 +1,62 @@
+"""Bad input through the real ingest flow: one failures row each, the rest ingested; a failure is never cached."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from http.server import ThreadingHTTPServer
+
+import pyarrow.parquet as pq
+import yaml
+
+from flows.ingest import ingest
+from tests.conftest import CASES
+from tests.unit.test_dashscope_asr import KEY, FakeDashScope, success
+
+
+def test_bad_files_become_failure_rows_and_the_rest_is_ingested(tmp_path, counting):
+    docs = tmp_path / "bad"
+    shutil.copytree(CASES / "bad", docs)
+    data = tmp_path / "data"
+    summary = ingest(sources=[str(docs)], data_dir=str(data))
+    bad = {"broken.pdf", "empty.docx", "encrypted.pdf", "malformed.epub", "random-bytes.docx", "random-bytes.pdf",
+           "random.xlsx", "truncated.docx", "zip-slip.zip!/../../x"}
+    assert summary["documents"]["new"] == len(bad) + 2 and summary["documents"]["failed"] == len(bad)
+    failures = pq.read_table(data / "runs" / "default" / summary["run_id"] / "failures.parquet").to_pylist()
+    assert sorted(f["source_path"] for f in failures) == sorted(f"bad/{name}" for name in bad)
+    assert all(f["stage"] == "convert" and f["error_type"] == "ConversionError" and f["source_path"] in f["message"]
+               for f in failures)
+    documents = pq.read_table(data / "runs" / "default" / summary["run_id"] / "documents").to_pylist()
+    ok = {d["source_path"]: d for d in documents if d["status"] == "ok"}
+    assert sorted(ok) == ["bad/zip-slip.zip!/docs/inside.md", "bad/名字 with spaces.md"]
+    assert {d["encoding"] for d in ok.values()} == {"utf-8"}
+    assert summary["store"]["count"] >= 2
+
+
+def test_a_transient_conversion_failure_is_retried_by_the_next_run(tmp_path, counting, monkeypatch):
+    """DashScope answers 500 in the first run and works in the second: the second run must convert the file again
+    (a batch cache that kept the failure would replay it)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeDashScope)
+    server.requests, server.script = [], [(500, {}, {"code": "InternalError", "message": "try later"})]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("KBFLOW_TEST_DASHSCOPE_KEY", KEY)
+        config = tmp_path / "kbflow.yaml"
+        config.write_text(yaml.safe_dump({"convert": {
+            "audio_backend": "dashscope", "dashscope_api_key_env": "KBFLOW_TEST_DASHSCOPE_KEY",
+            "dashscope_base_url": f"http://127.0.0.1:{server.server_address[1]}", "dashscope_retries": 0}}))
+        audio = tmp_path / "voice"
+        audio.mkdir()
+        shutil.copy(CASES / "formats" / "conf-onlyperson.wav", audio / "conf-onlyperson.wav")
+        data = str(tmp_path / "data")
+
+        first = ingest(sources=[str(audio)], data_dir=data, config_path=str(config))
+        assert first["documents"]["failed"] == 1
+        assert first["failures"][0]["error_type"] == "TransientError"
+
+        server.script = [success("You are currently the only person in this conference.")]
+        second = ingest(sources=[str(audio)], data_dir=data, config_path=str(config))
+        assert second["documents"]["failed"] == 0 and second["documents"]["new"] == 1
+        assert second["store"]["count"] == 1 and len(server.requests) == 2
+    finally:
+        server.shutdown()

@@ -1,0 +1,167 @@
+"""Every format on real files from tests/cases: real OCR, real speech recognition, real PDF text extraction."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from kbflow.config import ConvertConfig
+from kbflow.convert import convert_batch, convert_bytes, convert_file
+from kbflow.formats.html import SECTION_BREAK
+from kbflow.scan import scan
+from kbflow.textmetrics import cer, wer
+from tests.conftest import CASES
+
+FORMATS = CASES / "formats"
+
+
+def converted(name: str, **options):
+    return convert_file(str(FORMATS / name), f"formats/{name}", ConvertConfig(**options))
+
+
+def test_every_file_of_the_real_set_converts_with_its_content():
+    sources = scan([FORMATS], "ns", ["*"], [".*"])
+    rows = {row["source_path"].split("/", 1)[1]: row for row in convert_batch(sources).to_pylist()}
+    assert sorted(rows) == sorted(p.name for p in FORMATS.iterdir())
+    failed = {name: row["error"] for name, row in rows.items() if row["status"] != "ok"}
+    assert failed == {}
+    md = {name: row["markdown"] for name, row in rows.items()}
+    assert "权限" in md["debian-handbook-zh-sect.rights-management.docx"]  # the Chinese DOCX keeps its Chinese
+    assert "MVCC" in md["pg-mvcc-intro.docx"]
+    assert "crazy ones" in md["crazyones.pdf"].lower()
+    assert "你好世界" in md["multilang.pdf"] and "Привет, мир" in md["multilang.pdf"]
+    for sheet in ("## arts", "## other"):  # the XLSX's sheet names become headings
+        assert sheet in md["deaths.xlsx"]
+    assert "David Bowie" in md["deaths.xlsx"]
+    assert "Calibre Quick Start Guide" in md["calibre-quick-start-eng.epub"]
+    assert "relational database management system" in " ".join(md["pg-tutorial-concepts.pptx"].split()).lower()
+    assert md["iris.csv"].startswith("| 150 | 4 | setosa |") and md["iris.csv"].count("\n") == 152
+    assert md["reuters-crude-00016.xml"].startswith("```xml\n") and "PHILADELPHIA PORT CLOSED" in md["reuters-crude-00016.xml"]
+    assert "管理权限" in md["debian-handbook-zh-rights.html"]
+    assert rows["conf-onlyperson.txt"]["encoding"] == "utf-8" and rows["iris.csv"]["encoding"] == "utf-8"
+    assert rows["pg-mvcc-intro.docx"]["encoding"] is None
+    paths = {name: row["converter"].rsplit(":", 1)[1] for name, row in rows.items()}
+    assert paths["crazyones.pdf"] == "pdf-pdfium"  # a page with a text layer is not OCR'd
+    assert paths["conf-onlyperson.wav"] == "audio-pocketsphinx"
+
+
+def test_speech_is_transcribed_offline_with_a_bounded_word_error_rate():
+    reference = (FORMATS / "conf-onlyperson.txt").read_text().split(":", 1)[1]
+    transcript = converted("conf-onlyperson.wav").markdown
+    error_rate = wer(reference, transcript)
+    print(f"conf-onlyperson.wav WER {error_rate:.2f}: {transcript.strip()!r}")
+    assert error_rate <= 0.6
+    assert "currently the only person" in transcript
+
+
+def _linn_top(fraction: float) -> bytes:
+    """The top of the real linn.png scan (OCR of the whole page takes over a minute on two shared cores)."""
+    from PIL import Image
+
+    with Image.open(CASES / "ocr" / "linn.png") as image:
+        image = image.convert("RGB")
+        width, height = image.size
+        crop = image.crop((0, 0, width, int(height * fraction)))
+    buffer = io.BytesIO()
+    crop.save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+def test_ocr_of_a_real_scan_has_a_bounded_character_error_rate():
+    markdown = convert_bytes(_linn_top(0.25), "linn-top.png", "ocr/linn-top.png").markdown
+    truth_lines = (CASES / "ocr" / "linn.txt").read_text().splitlines()
+    truth = "\n".join(truth_lines[: truth_lines.index("per disk!") + 1])
+    rate = cer(truth, markdown)
+    print(f"linn.png (top quarter) CER {rate:.3f}")
+    assert rate < 0.10
+    assert "The LinnSequencer" in markdown and "polyphonic" in markdown
+
+
+def test_a_pdf_page_without_text_is_ocrd(tmp_path):
+    from PIL import Image
+
+    scan_pdf = tmp_path / "scanned.pdf"
+    with Image.open(io.BytesIO(_linn_top(0.08))) as image:  # an image-only PDF page, as a scanner makes it
+        image.save(scan_pdf, "PDF", resolution=300)
+    result = convert_file(str(scan_pdf), "scanned.pdf")
+    assert result.converter.endswith(":pdf-pdfium+ocr")
+    assert "LinnSequencer" in result.markdown.replace(" ", "")
+
+
+def test_pdf_fast_path_keeps_headings_and_paragraphs():
+    markdown = converted("crazyones.pdf").markdown
+    assert markdown.startswith("# The Crazy Ones\n\n## October 14, 1998\n\n")
+    markitdown = converted("crazyones.pdf", pdf_engine="markitdown")
+    assert markitdown.converter.endswith(":markitdown.pdf")
+    assert len("".join(markdown.split())) >= 0.95 * len("".join(markitdown.markdown.split()))
+
+
+@pytest.mark.parametrize("encoding,text", [
+    ("utf-8", "Plain UTF-8 — naïve café 中文"),
+    ("utf-8-sig", "UTF-8 with a byte order mark: 数据库"),
+    ("utf-16", "UTF-16 with a BOM: 数据库备份与恢复"),
+    ("utf-16-le", "UTF-16 without a BOM, mostly ASCII text here"),
+    ("gb18030", "数据库备份与恢复，每天晚上自动执行。请检查日志文件，确认备份成功。"),
+    ("big5", "資料庫備份與還原，每天晚上自動執行。請檢查記錄檔，確認備份成功。"),
+    ("latin-1", "Café crème brûlée à la française, déjà vu, Größe über Maß."),
+])
+def test_text_encodings_are_detected_and_recorded(encoding, text):
+    result = convert_bytes(text.encode(encoding), "note.txt", "note.txt")
+    assert result.markdown == text
+    expected = {"latin-1": {"cp1252", "latin_1", "iso8859_1"}, "gb18030": {"gb18030"}, "big5": {"big5"}}
+    assert result.encoding.replace("-", "_") in {e.replace("-", "_") for e in expected.get(encoding, {encoding})}
+
+
+def test_source_code_is_a_fenced_block_with_its_language():
+    code = 'def hello():\n    return "```"\n'
+    result = convert_bytes(code.encode(), "hello.py", "src/hello.py")
+    assert result.markdown == '````python\ndef hello():\n    return "```"\n````\n'
+    assert convert_bytes(b'{"a": 1}', "data.json", "data.json").markdown.startswith("```json\n")
+
+
+def test_html_keeps_headings_and_marks_section_boundaries():
+    page = ("<html><body><nav>Home</nav><article><h1>Title</h1><p>Intro.</p>"
+            "<section><p>Untitled part one.</p></section><section><h2>Named part</h2><p>Two.</p></section>"
+            "<section><p>Untitled part three.</p></section><p>Closing words.</p></article></body></html>")
+    markdown = convert_bytes(page.encode(), "page.html", "page.html").markdown
+    assert "Home" not in markdown
+    lines = markdown.splitlines()
+    assert lines.count(SECTION_BREAK) == 3  # before part one, before part three, and after it (closing words)
+    for i, line in enumerate(lines):
+        if line == SECTION_BREAK:
+            assert lines[i - 1] == "" and lines[i + 1] == ""
+            assert not lines[i + 2].startswith("#")  # a section that opens with a heading needs no break
+    assert "## Named part" in markdown and markdown.startswith("# Title")
+
+
+def test_ocr_reads_simplified_chinese():
+    """The Chinese line of a real PDF, rendered to pixels (no CJK font is needed on the machine) and OCR'd."""
+    import pypdfium2 as pdfium
+
+    from kbflow.formats.ocr import ocr_text
+    from kbflow.formats.pdf import render_page
+
+    document = pdfium.PdfDocument(str(FORMATS / "multilang.pdf"))
+    page, dpi = document[0], 150
+    textpage = page.get_textpage()
+    start = textpage.get_text_range().index("你好世界")
+    boxes = [textpage.get_charbox(start + i) for i in range(4)]
+    scale, height = dpi / 72, page.get_height()
+    left, right = min(b[0] for b in boxes) * scale, max(b[2] for b in boxes) * scale
+    top, bottom = (height - max(b[3] for b in boxes)) * scale, (height - min(b[1] for b in boxes)) * scale
+    pixels = render_page(page, dpi)[int(top) - 20:int(bottom) + 20, max(int(left) - 40, 0):int(right) + 40]
+    assert "你好世界" in ocr_text(pixels, 2000)
+
+
+def test_pdf_lines_become_headings_by_size_and_a_root_prompt_stays_text():
+    from kbflow.formats.pdf import Line, drop_running_lines, lines_to_markdown
+
+    def page(number: int, topic: str) -> list[Line]:
+        return [Line(f"Manual {number} / 9", 800, 810, 10.0), Line(f"1.{number} {topic}", 760, 772, 14.0),
+                Line(f"Body text about {topic} that wraps", 740, 750, 10.0), Line(f"onto a {topic} line.", 728, 738, 10.0),
+                Line(f"# chown {topic.lower()} foo", 690, 700, 10.0)]
+
+    pages = drop_running_lines([page(n, topic) for n, topic in enumerate(["Links", "Pipes", "Sockets", "Devices"], 1)])
+    markdown = lines_to_markdown(pages)[0]
+    assert markdown == "# 1.1 Links\n\nBody text about Links that wraps\nonto a Links line.\n\n\\# chown links foo"
