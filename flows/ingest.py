@@ -46,6 +46,7 @@ from kbflow.schemas import CHUNKS, DOCUMENTS, SECTIONS
 from kbflow.snapshots import clean_temporaries, write_table
 from kbflow.stores import open_store
 from kbflow.stores.factory import store_uri
+from tasks.artifacts import progress_artifact, publish_summary
 from tasks.stages import batch_key, chunk_task, convert_task, delete_task, embed_task, split_task, upsert_task
 
 MAX_WORKERS = 8  # hard bound of the task runner's threads; flow.max_workers bounds what one run submits at once
@@ -137,7 +138,8 @@ def ingest(
         write_table(plan.table(), run.run_dir / "plan.parquet")
         run.store = open_store(config, namespace, embedder.dimension)
         run.cache = VectorCache(store_uri(config), embedder.model_id, embedder.dimension)
-        _ingest_batches(run, plan, {f"text:{t['doc_id']}": t["text"] for t in texts})
+        with progress_artifact(namespace, len(plan.todo), config.flow.doc_batch):  # moves per embed batch
+            _ingest_batches(run, plan, {f"text:{t['doc_id']}": t["text"] for t in texts})
         if plan.removed:
             started = time.perf_counter()
             removed_ids = [row["doc_id"] for row in plan.removed]
@@ -176,6 +178,7 @@ def _finish(run: Run, wall_started: float) -> dict:
     run.summary["failures"] = run.failures
     run.summary["seconds"] = {**{k: round(v, 3) for k, v in run.seconds.items()},
                               "total": round(time.perf_counter() - wall_started, 3)}
+    publish_summary(run.summary)  # table + failures artifacts in the Prefect UI
     return run.summary
 
 
