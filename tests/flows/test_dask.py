@@ -19,8 +19,8 @@ distributed = pytest.importorskip("distributed")
 
 def _config(tmp_path, name: str, runner: str) -> str:
     path = tmp_path / f"{name}.yaml"
-    # doc_batch 1 and task_batch 4: several convert, chunk and embed tasks, spread over both workers
-    path.write_text(f"data_dir: {tmp_path / name}\nflow:\n  doc_batch: 1\nembedder:\n  task_batch: 4\n{runner}",
+    # task_batch 4: the documents' chunks go to the workers as several embed tasks
+    path.write_text(f"data_dir: {tmp_path / name}\nembedder:\n  task_batch: 4\n{runner}",
                     encoding="utf-8")
     return str(path)
 

@@ -125,17 +125,30 @@ def test_deployments_have_schedules_and_typed_forms(server):
     assert response.status_code == 409, response.text
 
 
-def test_on_demand_run_completes_with_artifacts_and_documents(server):
+def test_on_demand_run_completes_and_a_bad_config_run_fails_the_ci_script(server):
+    """Both runs at once (the served process runs them side by side): one ingests, one fails on its config."""
     request = {"namespace": "srv", "sources": [str(server["docs"])], "config": str(server["config"])}
-    result = subprocess.run(
+    on_demand = subprocess.Popen(
         [str(BIN / "prefect"), "deployment", "run", "kbflow-ingest-request/on-demand",
          "--param", f"request={json.dumps(request)}", "--watch", "--watch-timeout", "300"],
-        cwd=REPO, env=server["env"], capture_output=True, text=True, timeout=360)
-    output = result.stdout + result.stderr
-    assert result.returncode == 0, output + server["serve_log"].read_text()[-3000:]
-    run = httpx.get(f"{server['api_url']}/flow_runs/{_flow_run_id(output)}").json()
-    assert run["state"]["type"] == "COMPLETED"
+        cwd=REPO, env=server["env"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    ci_env = {**server["env"], "PREFECT": str(BIN / "prefect"), "KBFLOW_WATCH_TIMEOUT": "300"}
+    ci_script = subprocess.Popen(
+        ["bash", str(REPO / "deployments" / "ci" / "backfill.sh"), json.dumps({"config": str(server["bad_config"])})],
+        cwd=REPO, env=ci_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    on_demand_output, _ = on_demand.communicate(timeout=360)
+    ci_output, _ = ci_script.communicate(timeout=360)
 
+    # the failing run: Failed on the server, and the CI script exits non-zero saying so
+    assert ci_script.returncode != 0, ci_output
+    assert "Flow run finished in state 'Failed'" in ci_output and "did not complete" in ci_output
+    failed = httpx.get(f"{server['api_url']}/flow_runs/{_flow_run_id(ci_output)}").json()
+    assert failed["state"]["type"] == "FAILED" and "flow.doc_batch" in failed["state"]["message"]
+
+    # the on-demand run: Completed, with its artifacts, readable task-run names, and the documents in the store
+    assert on_demand.returncode == 0, on_demand_output + server["serve_log"].read_text()[-3000:]
+    run = httpx.get(f"{server['api_url']}/flow_runs/{_flow_run_id(on_demand_output)}").json()
+    assert run["state"]["type"] == "COMPLETED"
     artifacts = {a["key"]: a for a in httpx.post(f"{server['api_url']}/artifacts/filter", json={
         "artifacts": {"key": {"any_": ["kbflow-srv-progress", "kbflow-srv-run-summary", "kbflow-srv-failures"]}}
     }).json()}
@@ -146,22 +159,40 @@ def test_on_demand_run_completes_with_artifacts_and_documents(server):
     assert figures[("documents", "new")] == 4 and figures[("documents", "failed")] == 0
     assert figures[("chunks", "embedded")] > 0 and ("seconds", "embed") in figures
     assert "No failures" in artifacts["kbflow-srv-failures"]["data"]
-
     task_runs = httpx.post(f"{server['api_url']}/task_runs/filter", json={}).json()
     assert {"convert docs 0-3", "split docs 0-3", "chunk docs 0-3", "upsert docs 0-3"} <= {t["name"] for t in task_runs}
-
     stats = api.stats("srv", server["config"])
     assert stats["documents"] == 4 and stats["chunks"] == figures[("store", "count")] > 0
 
 
-def test_bad_config_run_fails_and_ci_script_exits_nonzero(server):
-    env = {**server["env"], "PREFECT": str(BIN / "prefect"), "KBFLOW_WATCH_TIMEOUT": "300"}
-    result = subprocess.run(["bash", str(REPO / "deployments" / "ci" / "backfill.sh"),
-                             json.dumps({"config": str(server["bad_config"])})],
-                            cwd=REPO, env=env, capture_output=True, text=True, timeout=360)
-    output = result.stdout + result.stderr
-    assert result.returncode != 0, output
-    assert "Flow run finished in state 'Failed'" in output and "did not complete" in output
-    run = httpx.get(f"{server['api_url']}/flow_runs/{_flow_run_id(output)}").json()
-    assert run["state"]["type"] == "FAILED"
-    assert "flow.doc_batch" in run["state"]["message"]
+def test_prefect_yaml_deploys_to_a_process_pool_and_a_worker_runs_it(server, tmp_path):
+    """Last in this module: it re-registers on-demand on the work pool, replacing the served one."""
+    prefect = str(BIN / "prefect")
+
+    def cli(*args):
+        result = subprocess.run([prefect, *args], cwd=REPO, env=server["env"], capture_output=True, text=True,
+                                timeout=300)
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result.stdout + result.stderr
+
+    cli("work-pool", "create", "kbflow-process", "--type", "process")
+    cli("--no-prompt", "deploy", "--all", "--prefect-file", "deployments/prefect.yaml")
+    pooled = {d["name"]: d for d in httpx.post(f"{server['api_url']}/deployments/filter", json={}).json()
+              if d["work_pool_name"] == "kbflow-process"}
+    assert set(pooled) == {"nightly-default", "on-demand", "backfill"}
+    assert pooled["on-demand"]["parameter_openapi_schema"]["definitions"]["IngestRequest"]
+
+    worker_log = tmp_path / "worker.log"
+    worker = _start([prefect, "worker", "start", "--pool", "kbflow-process", "--limit", "1"],
+                    {**server["env"], "PREFECT_WORKER_QUERY_SECONDS": "2"}, worker_log)
+    try:
+        request = {"namespace": "srv", "config": str(server["config"]), "dry_run": True}
+        output = cli("deployment", "run", "kbflow-ingest-request/on-demand", "--param", f"request={json.dumps(request)}",
+                     "--watch", "--watch-timeout", "300")
+    finally:
+        _stop(worker)
+    assert "finished successfully in 'Completed'" in output, worker_log.read_text()[-3000:]
+    summary = httpx.post(f"{server['api_url']}/artifacts/filter", json={
+        "artifacts": {"key": {"any_": ["kbflow-srv-plan-summary"]}}}).json()
+    figures = {(row["group"], row["item"]): row["value"] for row in json.loads(summary[0]["data"])}
+    assert figures[("documents", "unchanged")] == 4  # the dry run saw what the served run ingested
