@@ -127,7 +127,7 @@ def ingest(
         run.summary["plan"] = plan.table().to_pylist()
         if state.meta() is not None:  # what the namespace holds now; nothing is created by a dry run
             run.summary["store"]["count"] = open_store(config, namespace, embedder.dimension).count()
-        return _finish(run, wall_started)
+        return publish_summary(_finish(run, wall_started))  # table + failures artifacts in the Prefect UI
 
     with NamespaceLock(state.root, namespace):  # one writer per namespace; the plan is made under the lock
         plan = _plan(run, sources, texts)
@@ -154,7 +154,7 @@ def ingest(
         housekeeping.prune_results(data_dir / "prefect" / "results", config.flow.cache_days)
     for failure in run.failures:
         logger.warning("failed: %s %s: %s", failure["stage"], failure.get("source_path") or "", failure["message"])
-    return summary
+    return publish_summary(summary)  # after the state is recorded: an API hiccup here loses no bookkeeping
 
 
 def _plan(run: Run, sources: list[str] | None, texts: list[dict]) -> Plan:
@@ -178,7 +178,6 @@ def _finish(run: Run, wall_started: float) -> dict:
     run.summary["failures"] = run.failures
     run.summary["seconds"] = {**{k: round(v, 3) for k, v in run.seconds.items()},
                               "total": round(time.perf_counter() - wall_started, 3)}
-    publish_summary(run.summary)  # table + failures artifacts in the Prefect UI
     return run.summary
 
 

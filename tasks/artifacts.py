@@ -43,11 +43,12 @@ def progress_artifact(namespace: str, total_documents: int, doc_batch: int):
         update_progress_artifact(artifact_id, 100.0)
 
 
-def publish_summary(summary: dict) -> None:
-    """The run summary as a table artifact and its failures as a markdown artifact."""
+def publish_summary(summary: dict) -> dict:
+    """The run summary as a table artifact and its failures as a markdown artifact; returns the summary."""
     namespace = summary["namespace"]
     kind = "plan" if summary.get("dry_run") else "run"
     create_table_artifact(report.summary_rows(summary), key=report.artifact_key(namespace, f"{kind}-summary"),
                           description=f"kbflow {kind} {summary['run_id']} of {namespace}")
     create_markdown_artifact(report.failures_markdown(summary), key=report.artifact_key(namespace, "failures"),
                              description=f"failures of kbflow {kind} {summary['run_id']} of {namespace}")
+    return summary
