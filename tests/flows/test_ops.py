@@ -76,3 +76,47 @@ def test_backfill_runs_namespaces_apart_and_names_the_failed_one(docs_dir, tmp_p
     assert outcomes["bf-ok"]["status"] == "skipped"
     rebuilt = backfill(BackfillRequest(config=str(config), namespaces=["bf-ok"], rebuild=True))
     assert rebuilt["bf-ok"]["status"] == "ok" and "'changed': 4" in rebuilt["bf-ok"]["detail"]  # forced
+
+
+def test_request_with_failed_documents_ends_failed_and_lists_them_in_an_artifact(tmp_path):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    from flows.ingest_request import DocumentsFailed, ingest_request
+    from kbflow.deploy import IngestRequest
+    from tests.conftest import CASES
+
+    config = tmp_path / "kb.yaml"
+    config.write_text(f"data_dir: {tmp_path / 'data'}\n", encoding="utf-8")
+    request = IngestRequest(namespace="bad-files", sources=[str(CASES / "bad")], config=str(config))
+    with pytest.raises(DocumentsFailed, match=r"3 document\(s\) of namespace 'bad-files' failed"):
+        ingest_request(request)
+    with get_client(sync_client=True) as client:
+        artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(
+            key=ArtifactFilterKey(any_=["kbflow-bad-files-failures", "kbflow-bad-files-run-summary"])))
+    latest = {artifact.key: artifact.data for artifact in sorted(artifacts, key=lambda a: a.created)}
+    page = latest["kbflow-bad-files-failures"]
+    assert "3 failure(s)" in page and all(name in page for name in ("broken.pdf", "empty.docx", "random.xlsx"))
+    assert {"group": "documents", "item": "failed", "value": 3} in json.loads(latest["kbflow-bad-files-run-summary"])
+
+
+def test_deployments_come_from_the_config_and_a_bad_cron_names_its_entry(tmp_path):
+    from flows.deployments import build_deployments, deployment_names
+    from kbflow.config import load_config
+    from kbflow.errors import ConfigError
+
+    config = tmp_path / "kb.yaml"
+    config.write_text("deploy:\n  schedules:\n    - {namespace: a, cron: '15 1 * * *', timezone: Europe/Berlin}\n"
+                      "    - {namespace: b, sources: [x]}\n", encoding="utf-8")
+    deployments = build_deployments(load_config(config), str(config))
+    assert deployment_names(deployments) == ["kbflow-ingest-request/nightly-a", "kbflow-ingest-request/nightly-b",
+                                             "kbflow-ingest-request/on-demand", "kbflow-backfill/backfill"]
+    nightly_a = deployments[0]
+    assert nightly_a.schedules[0].schedule.cron == "15 1 * * *"
+    assert nightly_a.schedules[0].schedule.timezone == "Europe/Berlin"
+    assert nightly_a.parameters == {"request": {"namespace": "a", "sources": [], "config": str(config)}}
+    assert deployments[1].parameters["request"]["sources"] == ["x"]
+
+    config.write_text("deploy:\n  schedules:\n    - {namespace: a}\n    - {namespace: b, cron: 'every night'}\n")
+    with pytest.raises(ConfigError, match=r"deploy.schedules\[1\] \(b\): cron 'every night'"):
+        build_deployments(load_config(config), str(config))
