@@ -42,6 +42,16 @@ def _namespaces(config: KbConfig, namespaces: list[str] | None) -> list[str]:
     return sorted(known)
 
 
+def _table_names(db) -> set[str]:
+    names, token = set(), None
+    while True:  # list_tables pages its answer
+        page = db.list_tables(page_token=token)
+        names |= set(page.tables)
+        token = page.page_token
+        if not token:
+            return names
+
+
 def _optimize(table, older_than: timedelta) -> dict:
     before = len(table.list_versions())
     table.optimize(cleanup_older_than=older_than)
@@ -59,7 +69,7 @@ def prune(config: KbConfig, keep_runs: int, namespaces: list[str] | None = None,
                     "tables": {}}
     uri = store_uri(config)
     db = lancedb.connect(str(uri)) if uri.is_dir() else None
-    tables = set(db.list_tables().tables) if db is not None else set()
+    tables = _table_names(db) if db is not None else set()
     for namespace in _namespaces(config, namespaces):
         state = NamespaceState(data_dir, namespace)
         with NamespaceLock(state.root, namespace):
