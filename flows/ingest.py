@@ -48,6 +48,7 @@ from kbflow.schemas import CHUNKS, DOCUMENTS, SECTIONS
 from kbflow.snapshots import clean_temporaries, write_table
 from kbflow.stores import open_store
 from kbflow.stores.factory import store_uri
+from tasks.artifacts import progress_artifact, publish_summary
 from tasks.stages import batch_key, chunk_task, convert_task, delete_task, embed_task, split_task, upsert_task
 
 MAX_WORKERS = 8  # hard bound of the task runner's threads; flow.max_workers bounds what one run submits at once
@@ -128,7 +129,7 @@ def ingest(
         run.summary["plan"] = plan.table().to_pylist()
         if state.meta() is not None:  # what the namespace holds now; nothing is created by a dry run
             run.summary["store"]["count"] = open_store(config, namespace, embedder.dimension).count()
-        return _finish(run, wall_started)
+        return publish_summary(_finish(run, wall_started))  # table + failures artifacts in the Prefect UI
 
     with NamespaceLock(state.root, namespace):  # one writer per namespace; the plan is made under the lock
         plan = _plan(run, sources, texts)
@@ -140,7 +141,8 @@ def ingest(
         failpoint("plan.written")
         run.store = open_store(config, namespace, embedder.dimension)
         run.cache = VectorCache(store_uri(config), embedder.model_id, embedder.dimension)
-        _ingest_batches(run, plan, {f"text:{t['doc_id']}": t["text"] for t in texts})
+        with progress_artifact(namespace, len(plan.todo), config.flow.doc_batch):  # moves per embed batch
+            _ingest_batches(run, plan, {f"text:{t['doc_id']}": t["text"] for t in texts})
         if plan.removed:
             started = time.perf_counter()
             removed_ids = [row["doc_id"] for row in plan.removed]
@@ -157,7 +159,7 @@ def ingest(
         housekeeping.prune_results(data_dir / "prefect" / "results", config.flow.cache_days)
     for failure in run.failures:
         logger.warning("failed: %s %s: %s", failure["stage"], failure.get("source_path") or "", failure["message"])
-    return summary
+    return publish_summary(summary)  # after the state is recorded: an API hiccup here loses no bookkeeping
 
 
 def _plan(run: Run, sources: list[str] | None, texts: list[dict]) -> Plan:

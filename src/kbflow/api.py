@@ -25,6 +25,11 @@ def _config(config: KbConfig | str | Path | None, data_dir: str | Path | None) -
 
 
 def load_flow(name: str = "ingest"):
+    """The flow ``name`` of ``flows/<name>.py``."""
+    return getattr(load_module(name), name)
+
+
+def load_module(name: str):
     """Import ``flows/<name>.py`` from the repository that holds this package (or from ``sys.path``)."""
     repo_root = Path(__file__).resolve().parents[2]
     if (repo_root / "flows" / f"{name}.py").exists() and str(repo_root) not in sys.path:
@@ -36,7 +41,7 @@ def load_flow(name: str = "ingest"):
             f"cannot import flows/{name}.py ({exc}); run kbflow from a checkout of the repository "
             "(pip install -e .) or put the repository root on PYTHONPATH"
         ) from exc
-    return getattr(module, name)
+    return module
 
 
 def ingest(sources: list[str] | None, namespace: str | None = None, config: str | Path | None = None,
@@ -47,6 +52,9 @@ def ingest(sources: list[str] | None, namespace: str | None = None, config: str 
         if not Path(source).exists():  # fail before starting a flow run
             raise ConfigError(f"source {str(source)!r} does not exist: pass an existing file or folder")
     flow = load_flow("ingest")
+    from tasks.runners import with_task_runner  # beside flows/; load_flow put the repository on sys.path
+
+    flow = with_task_runner(flow, _config(config, data_dir))  # threads, processes or dask, as configured
     return flow(sources=[str(s) for s in sources] if sources else None, namespace=namespace,
                 config_path=str(config) if config else None, data_dir=str(data_dir) if data_dir else None,
                 dry_run=dry_run, force=force, allow_mass_delete=allow_mass_delete)

@@ -294,6 +294,71 @@ def bench_convert(
         out.print(f"written to {out_file} and {out_file.with_suffix('.png')}")
 
 
+@app.command()
+def serve(
+    config: Path = typer.Option(Path("configs/default.yaml"), "--config", "-c",
+                                help="YAML config whose deploy.schedules become nightly deployments."),
+    limit: Optional[int] = typer.Option(None, "--limit", help="Most flow runs executing at once (default: no limit)."),
+    list_only: bool = typer.Option(False, "--list", help="Print the deployments that would be served, then exit."),
+) -> None:
+    """Serve the deployments (nightly per namespace, on-demand, backfill) to the Prefect server at PREFECT_API_URL."""
+    import os
+
+    from kbflow.config import load_config
+
+    try:
+        cfg = load_config(config)
+        deployments_module = api.load_module("deployments")
+        deployments = deployments_module.build_deployments(cfg, str(config))
+        if list_only:
+            for name, deployment in zip(deployments_module.deployment_names(deployments), deployments):
+                schedule = ", ".join(s.schedule.cron for s in deployment.schedules or []) or "on demand"
+                out.print(f"{name}  ({schedule})", highlight=False)
+            return
+        if not os.environ.get("PREFECT_API_URL"):
+            raise KbflowError("kbflow serve needs a Prefect server: run `prefect server start --host 127.0.0.1` and "
+                              "export PREFECT_API_URL=http://127.0.0.1:4200/api")
+    except KbflowError as exc:
+        _fail(exc)
+    if os.environ.get("PREFECT_LOGGING_LEVEL") == "WARNING":  # kbflow's quiet terminal default: runs log INFO
+        os.environ["PREFECT_LOGGING_LEVEL"] = "INFO"
+    deployments_module.serve_all(cfg, config, limit)
+
+
+@app.command()
+def prune(
+    keep_runs: int = typer.Option(..., "--keep-runs", min=1, help="Run snapshot folders kept per namespace (newest)."),
+    namespace: Optional[list[str]] = typer.Option(None, "--namespace", "-n",
+                                                  help="Only these namespaces (repeatable; default: all)."),
+    versions_older_than_hours: float = typer.Option(
+        1.0, "--versions-older-than-hours", min=0,
+        help="Remove LanceDB table versions older than this after compaction (0: all but the latest; only when "
+             "no ingest of another namespace is running, since the vector cache is shared)."),
+    result_days: Optional[float] = typer.Option(None, "--result-days", min=0,
+                                                help="Remove Prefect result files older than this (default: flow.cache_days)."),
+    config: Optional[Path] = ConfigOpt,
+    data_dir: Optional[Path] = DataDirOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Remove old run snapshots and Prefect result files; compact LanceDB tables and drop their old versions."""
+    from datetime import timedelta
+
+    from kbflow.config import load_config
+    from kbflow.prune import prune as run_prune
+
+    try:
+        result = run_prune(load_config(config, data_dir=data_dir), keep_runs, namespace or None,
+                           timedelta(hours=versions_older_than_hours), result_days)
+    except KbflowError as exc:
+        _fail(exc)
+    if as_json:
+        _print_json(result)
+        return
+    runs = sum(len(removed) for removed in result["runs_removed"].values())
+    out.print(f"removed {runs} run folders, {result['results_removed']} result files; compacted "
+              f"{len(result['tables'])} tables; {result['bytes_before']:,} → {result['bytes_after']:,} bytes")
+
+
 def _finish_run(summary: dict, as_json: bool) -> None:
     """Print a run's summary; exit 1 when some documents failed (the others were ingested)."""
     _print_json(summary) if as_json else _print_summary(summary)

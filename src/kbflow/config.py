@@ -108,6 +108,43 @@ class SearchConfig(_Section):
     min_score: float = Field(0.0, ge=-1, le=1, description="Cosine similarity below which hits are dropped.")
 
 
+class ScheduleConfig(_Section):
+    namespace: str = Field(..., description="Namespace this nightly deployment ingests.")
+    sources: list[str] = Field(
+        default_factory=list, description="Files and folders it ingests. Empty means the config's `sources`."
+    )
+    cron: str = Field("0 2 * * *", description="When it runs, as a cron expression (five fields).")
+    timezone: str = Field("UTC", description="IANA time zone the cron expression is read in.")
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace_ok(cls, value: str) -> str:
+        return check_namespace(value)
+
+
+class DeployConfig(_Section):
+    schedules: list[ScheduleConfig] = Field(
+        default_factory=lambda: [ScheduleConfig(namespace="default")],
+        description="One nightly ingest deployment per entry (`kbflow serve`, deployments/prefect.yaml); "
+        "the backfill flow's 'all namespaces' means these.",
+    )
+    backfill_concurrency: int = Field(2, ge=1, le=32, description="Namespaces a backfill ingests at the same time.")
+
+
+class RunnerConfig(_Section):
+    kind: Literal["threads", "processes", "dask"] = Field(
+        "threads",
+        description="Prefect task runner of the ingest flow: 'threads' (one process), 'processes' (a local "
+        "process pool) or 'dask' (a Dask cluster, see dask_address).",
+    )
+    dask_address: str | None = Field(
+        None,
+        description="Dask scheduler address (tcp://host:8786) for kind 'dask'. Empty starts a temporary "
+        "LocalCluster of dask_workers processes for the run.",
+    )
+    dask_workers: int = Field(2, ge=1, le=256, description="Worker processes of the temporary LocalCluster.")
+
+
 class KbConfig(_Section):
     data_dir: Path = Field(Path("data"), description="Where snapshots, state, stores and Prefect results live.")
     namespace: str = Field("default", description="Namespace ingested and searched when none is given.")
@@ -118,6 +155,8 @@ class KbConfig(_Section):
     store: StoreConfig = Field(default_factory=StoreConfig)
     flow: FlowConfig = Field(default_factory=FlowConfig)
     search: SearchConfig = Field(default_factory=SearchConfig)
+    deploy: DeployConfig = Field(default_factory=DeployConfig)
+    runner: RunnerConfig = Field(default_factory=RunnerConfig)
 
     @field_validator("namespace")
     @classmethod

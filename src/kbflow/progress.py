@@ -25,3 +25,17 @@ def listening(listener: Listener):
         yield
     finally:
         _listener = previous
+
+
+@contextmanager
+def also_listening(listener: Listener):
+    """Add a listener for the duration, keeping the one already installed (the CLI's bars) informed too."""
+    previous = _listener
+
+    def both(stage: str, completed: int, total: int) -> None:
+        listener(stage, completed, total)
+        if previous is not None:
+            previous(stage, completed, total)
+
+    with listening(both):
+        yield

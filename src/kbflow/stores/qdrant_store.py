@@ -62,6 +62,7 @@ class QdrantStore:
 
         self.models = models
         self.location = location
+        self.api_key_env = api_key_env  # the variable's name, never the key (see kbflow.portable)
         self.namespace = namespace
         self.dimension = dimension
         self.collection = f"kbflow_{namespace}"

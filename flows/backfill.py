@@ -1,0 +1,75 @@
+"""Backfill: ingest (or rebuild) many configured namespaces, a bounded number at once.
+
+Each namespace runs the ingest flow as a subflow inside a task, so ``concurrency`` of them overlap; the
+namespace lock still keeps one writer per namespace. One namespace failing does not stop the others; the
+backfill ends Failed naming them, after publishing a table of every namespace's outcome.
+"""
+
+from __future__ import annotations
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_table_artifact
+from prefect.cache_policies import NO_CACHE
+from prefect.futures import as_completed
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from flows.ingest import ingest
+from kbflow.config import load_config
+from kbflow.deploy import BackfillRequest, backfill_targets, changed_since, load_named_config, sources_of
+from kbflow.errors import PermanentError
+from tasks.runners import with_task_runner
+
+
+class BackfillFailed(PermanentError):
+    """Some namespaces of a backfill failed; the others were ingested."""
+
+
+@task(name="ingest-namespace", task_run_name="ingest namespace {namespace}", cache_policy=NO_CACHE)
+def ingest_namespace(namespace: str, sources: list[str], config_path: str, force: bool, dry_run: bool) -> dict:
+    config = load_config(config_path)
+    return with_task_runner(ingest, config)(sources=sources, namespace=namespace, config_path=config_path,
+                                            force=force, dry_run=dry_run)
+
+
+# threads only carry waiting subflows; request.concurrency (≤ 32) bounds how many run
+@flow(name="kbflow-backfill", log_prints=True, validate_parameters=True,
+      task_runner=ThreadPoolTaskRunner(max_workers=32))
+def backfill(request: BackfillRequest = BackfillRequest()) -> dict:
+    """Ingest the requested namespaces; returns {namespace: outcome}."""
+    logger = get_run_logger()
+    path, config = load_named_config(request.config)
+    targets = backfill_targets(config, request.namespaces)
+    outcomes: dict[str, dict] = {}
+    todo = []
+    for schedule in targets:
+        sources = sources_of(config, schedule)
+        if request.changed_since and not changed_since(sources, request.changed_since):
+            outcomes[schedule.namespace] = {"status": "skipped", "detail": f"nothing modified since {request.changed_since}"}
+        else:
+            todo.append((schedule.namespace, sources))
+    concurrency = request.concurrency or config.deploy.backfill_concurrency
+    logger.info("backfill of %d namespaces (%d skipped as unchanged), %d at a time", len(todo),
+                len(outcomes), concurrency)
+    running = {}
+    while todo or running:
+        while todo and len(running) < concurrency:
+            namespace, sources = todo.pop(0)
+            running[ingest_namespace.submit(namespace, sources, str(path), request.rebuild, request.dry_run)] = namespace
+        future = next(as_completed(list(running)))
+        namespace = running.pop(future)
+        try:
+            summary = future.result()
+        except Exception as exc:  # one namespace's error; the others go on
+            outcomes[namespace] = {"status": "failed", "detail": f"{type(exc).__name__}: {str(exc)[:500]}"}
+            continue
+        failed = summary["documents"]["failed"]
+        outcomes[namespace] = {"status": "documents failed" if failed else "ok",
+                               "detail": f"documents {summary['documents']}, chunks {summary['chunks']}",
+                               "run_id": summary["run_id"]}
+    create_table_artifact([{"namespace": name, **outcome} for name, outcome in sorted(outcomes.items())],
+                          key="kbflow-backfill", description="kbflow backfill: one row per namespace")
+    bad = sorted(name for name, outcome in outcomes.items() if outcome["status"] in ("failed", "documents failed"))
+    if bad:
+        raise BackfillFailed(f"backfill: namespaces {bad} failed (the others completed): "
+                             + "; ".join(f"{name}: {outcomes[name]['detail']}" for name in bad))
+    return outcomes

@@ -1,0 +1,87 @@
+"""`kbflow prune`: bound the data dir. Old run snapshots, expired Prefect result files, and old LanceDB versions.
+
+Every LanceDB write (merge_insert, delete, cache add) adds a table version and small data files; LanceDB keeps
+old versions until told otherwise. ``optimize`` compacts the small files and removes versions older than the
+given age; a namespace's table is optimized under its namespace lock, so never under a running ingest.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from pathlib import Path
+
+import lancedb
+
+from kbflow import housekeeping
+from kbflow.config import KbConfig, check_namespace
+from kbflow.lock import NamespaceLock
+from kbflow.manifest import NamespaceState
+from kbflow.stores.factory import store_uri
+
+
+def dir_bytes(folder: Path) -> int:
+    """Bytes of every file under ``folder`` (0 when it does not exist)."""
+    total = 0
+    for root, _dirs, files in os.walk(folder):
+        for name in files:
+            try:
+                total += (Path(root) / name).stat().st_size
+            except FileNotFoundError:  # removed while walking (a temporary file renamed into place)
+                pass
+    return total
+
+
+def _namespaces(config: KbConfig, namespaces: list[str] | None) -> list[str]:
+    if namespaces:
+        return [check_namespace(name) for name in namespaces]
+    known = set()
+    for folder in (Path(config.data_dir) / "runs", Path(config.data_dir) / "state"):
+        if folder.is_dir():
+            known |= {path.name for path in folder.iterdir() if path.is_dir()}
+    return sorted(known)
+
+
+def _table_names(db) -> set[str]:
+    names, token = set(), None
+    while True:  # list_tables pages its answer
+        page = db.list_tables(page_token=token)
+        names |= set(page.tables)
+        token = page.page_token
+        if not token:
+            return names
+
+
+def _optimize(table, older_than: timedelta) -> dict:
+    before = len(table.list_versions())
+    table.optimize(cleanup_older_than=older_than)
+    return {"versions_before": before, "versions_after": len(table.list_versions())}
+
+
+def prune(config: KbConfig, keep_runs: int, namespaces: list[str] | None = None,
+          versions_older_than: timedelta = timedelta(hours=1), result_days: float | None = None) -> dict:
+    """Prune run folders to the newest ``keep_runs`` per namespace, result files older than ``result_days``
+    (default: flow.cache_days), and LanceDB versions older than ``versions_older_than`` after compaction."""
+    if keep_runs < 1:
+        raise ValueError(f"keep_runs must be at least 1 (got {keep_runs}): the newest run's snapshots stay")
+    data_dir = Path(config.data_dir)
+    report: dict = {"data_dir": str(data_dir), "bytes_before": dir_bytes(data_dir), "runs_removed": {},
+                    "tables": {}}
+    uri = store_uri(config)
+    db = lancedb.connect(str(uri)) if uri.is_dir() else None
+    tables = _table_names(db) if db is not None else set()
+    for namespace in _namespaces(config, namespaces):
+        state = NamespaceState(data_dir, namespace)
+        with NamespaceLock(state.root, namespace):
+            report["runs_removed"][namespace] = housekeeping.prune_runs(data_dir / "runs" / namespace, keep_runs)
+            table_name = f"chunks_{namespace}"
+            if config.store.kind == "lancedb" and table_name in tables:
+                report["tables"][table_name] = _optimize(db.open_table(table_name), versions_older_than)
+        if state.root.is_dir() and not any(state.root.iterdir()):  # the lock made the folder; a namespace never ingested keeps no trace
+            state.root.rmdir()
+    for table_name in sorted(t for t in tables if t.startswith("vectors_")):  # vector caches: append-only
+        report["tables"][table_name] = _optimize(db.open_table(table_name), versions_older_than)
+    days = config.flow.cache_days if result_days is None else result_days
+    report["results_removed"] = housekeeping.prune_results(data_dir / "prefect" / "results", days)
+    report["bytes_after"] = dir_bytes(data_dir)
+    return report

@@ -1,0 +1,122 @@
+"""Operations under real Prefect: the data dir stays bounded, `kbflow prune` compacts, backfill over namespaces."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+import lancedb
+import pytest
+from typer.testing import CliRunner
+
+from flows.backfill import BackfillFailed, backfill
+from flows.ingest import ingest
+from kbflow import api
+from kbflow.cli import app
+from kbflow.deploy import BackfillRequest
+from kbflow.prune import dir_bytes
+from tests.flows.test_ingest_flow import snapshot
+
+
+def _versions(data_dir, table="chunks_default") -> int:
+    return len(lancedb.connect(str(data_dir / "lancedb")).open_table(table).list_versions())
+
+
+def test_data_dir_stops_growing_across_noop_runs(docs_dir, tmp_path, counting):
+    config = tmp_path / "kb.yaml"
+    config.write_text(f"data_dir: {tmp_path / 'data'}\nflow:\n  keep_runs: 1\n", encoding="utf-8")
+    data = tmp_path / "data"
+    ingest(sources=[str(docs_dir)], config_path=str(config))
+    versions = _versions(data)
+    sizes = []
+    for _ in range(4):
+        summary = ingest(sources=[str(docs_dir)], config_path=str(config))
+        assert summary["documents"]["unchanged"] == 4 and summary["chunks"]["embedded"] == 0
+        sizes.append(dir_bytes(data))
+    assert len(list((data / "runs" / "default").iterdir())) == 1
+    assert _versions(data) == versions  # a no-op run writes no store version
+    # once keep_runs is reached, a no-op run only rewrites fixed-size state (last_run.json, the lock)
+    assert max(sizes[1:]) - min(sizes[1:]) <= 512, sizes
+
+
+def test_prune_keeps_newest_runs_compacts_tables_and_keeps_contents(docs_dir, tmp_path, counting):
+    data = tmp_path / "data"
+    ingest(sources=[str(docs_dir)], data_dir=str(data))
+    for edit in range(3):  # each edit: one store commit, one cache append, one more run folder
+        with (docs_dir / "backups.md").open("a", encoding="utf-8") as handle:
+            handle.write(f"\n\nAppendix {edit}: restore drills run every quarter, edit {edit}.\n")
+        ingest(sources=[str(docs_dir)], data_dir=str(data))
+    before = snapshot(data)
+    assert _versions(data) >= 4 and len(list((data / "runs" / "default").iterdir())) == 4
+
+    result = CliRunner().invoke(app, ["prune", "--keep-runs", "1", "--versions-older-than-hours", "0",
+                                      "--data-dir", str(data), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert len(report["runs_removed"]["default"]) == 3
+    assert report["tables"]["chunks_default"]["versions_after"] == 1 == _versions(data)
+    assert all(table["versions_after"] == 1 for table in report["tables"].values())
+    assert report["bytes_after"] < report["bytes_before"]
+    assert snapshot(data) == before  # same rows, same manifest
+    again = ingest(sources=[str(docs_dir)], data_dir=str(data))
+    assert again["documents"]["unchanged"] == 4 and again["store"]["count"] == len(before[0])
+
+
+def test_backfill_runs_namespaces_apart_and_names_the_failed_one(docs_dir, tmp_path, counting):
+    config = tmp_path / "kb.yaml"
+    config.write_text(f"data_dir: {tmp_path / 'data'}\ndeploy:\n  schedules:\n"
+                      f"    - {{namespace: bf-ok, sources: [{docs_dir}]}}\n"
+                      f"    - {{namespace: bf-missing, sources: [{tmp_path / 'gone'}]}}\n", encoding="utf-8")
+    with pytest.raises(BackfillFailed, match=r"\['bf-missing'\] failed .*does not exist"):
+        backfill(BackfillRequest(config=str(config), concurrency=2))
+    assert api.stats("bf-ok", config)["documents"] == 4
+
+    tomorrow = datetime.now(timezone.utc) + timedelta(days=1)
+    outcomes = backfill(BackfillRequest(config=str(config), namespaces=["bf-ok"], changed_since=tomorrow))
+    assert outcomes["bf-ok"]["status"] == "skipped"
+    rebuilt = backfill(BackfillRequest(config=str(config), namespaces=["bf-ok"], rebuild=True))
+    assert rebuilt["bf-ok"]["status"] == "ok" and "'changed': 4" in rebuilt["bf-ok"]["detail"]  # forced
+
+
+def test_request_with_failed_documents_ends_failed_and_lists_them_in_an_artifact(tmp_path):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    from flows.ingest_request import DocumentsFailed, ingest_request
+    from kbflow.deploy import IngestRequest
+    from tests.conftest import CASES
+
+    config = tmp_path / "kb.yaml"
+    config.write_text(f"data_dir: {tmp_path / 'data'}\n", encoding="utf-8")
+    request = IngestRequest(namespace="bad-files", sources=[str(CASES / "bad")], config=str(config))
+    with pytest.raises(DocumentsFailed, match=r"3 document\(s\) of namespace 'bad-files' failed"):
+        ingest_request(request)
+    with get_client(sync_client=True) as client:
+        artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(
+            key=ArtifactFilterKey(any_=["kbflow-bad-files-failures", "kbflow-bad-files-run-summary"])))
+    latest = {artifact.key: artifact.data for artifact in sorted(artifacts, key=lambda a: a.created)}
+    page = latest["kbflow-bad-files-failures"]
+    assert "3 failure(s)" in page and all(name in page for name in ("broken.pdf", "empty.docx", "random.xlsx"))
+    assert {"group": "documents", "item": "failed", "value": 3} in json.loads(latest["kbflow-bad-files-run-summary"])
+
+
+def test_deployments_come_from_the_config_and_a_bad_cron_names_its_entry(tmp_path):
+    from flows.deployments import build_deployments, deployment_names
+    from kbflow.config import load_config
+    from kbflow.errors import ConfigError
+
+    config = tmp_path / "kb.yaml"
+    config.write_text("deploy:\n  schedules:\n    - {namespace: a, cron: '15 1 * * *', timezone: Europe/Berlin}\n"
+                      "    - {namespace: b, sources: [x]}\n", encoding="utf-8")
+    deployments = build_deployments(load_config(config), str(config))
+    assert deployment_names(deployments) == ["kbflow-ingest-request/nightly-a", "kbflow-ingest-request/nightly-b",
+                                             "kbflow-ingest-request/on-demand", "kbflow-backfill/backfill"]
+    nightly_a = deployments[0]
+    assert nightly_a.schedules[0].schedule.cron == "15 1 * * *"
+    assert nightly_a.schedules[0].schedule.timezone == "Europe/Berlin"
+    assert nightly_a.parameters == {"request": {"namespace": "a", "sources": [], "config": str(config)}}
+    assert deployments[1].parameters["request"]["sources"] == ["x"]
+
+    config.write_text("deploy:\n  schedules:\n    - {namespace: a}\n    - {namespace: b, cron: 'every night'}\n")
+    with pytest.raises(ConfigError, match=r"deploy.schedules\[1\] \(b\): cron 'every night'"):
+        build_deployments(load_config(config), str(config))

@@ -1,0 +1,198 @@
+"""Deployments against a real `prefect server`: serve, trigger with typed parameters, watch, artifacts, failure.
+
+Its own directory: the flow tests' session ``prefect_test_harness`` must not be the API these processes use.
+Everything here runs in subprocesses with an explicit environment (temporary PREFECT_HOME and SQLite database,
+a free loopback port), and everything started is stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from kbflow import api
+
+REPO = Path(__file__).resolve().parents[2]
+CASES = REPO / "tests" / "cases"
+BIN = Path(sys.executable).parent
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _start(args: list[str], env: dict, log: Path) -> subprocess.Popen:
+    return subprocess.Popen(args, cwd=REPO, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
+                            start_new_session=True)  # its own process group: stopping it stops its children
+
+
+def _stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(10)
+
+
+def _wait_for(check, timeout: float, what: str, log: Path):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = check()
+        if result:
+            return result
+        time.sleep(1)
+    raise AssertionError(f"timed out waiting for {what}; log:\n{log.read_text()[-3000:]}")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """A real Prefect server on a free loopback port, and `kbflow serve` registered with it."""
+    root = tmp_path_factory.mktemp("prefect-server")
+    port = _free_port()
+    api_url = f"http://127.0.0.1:{port}/api"
+    env = {**os.environ,
+           "PREFECT_HOME": str(root / "home"),
+           "PREFECT_API_URL": api_url,
+           "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{root / 'prefect.db'}",
+           "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+           "PREFECT_UI_ENABLED": "false",
+           "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)]),
+           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    docs = root / "docs"
+    shutil.copytree(CASES / "docs", docs)
+    config = root / "kbflow.yaml"
+    config.write_text(f"data_dir: {root / 'data'}\nsources: [{docs}]\n"
+                      f"deploy:\n  schedules:\n    - namespace: srv\n      cron: '0 3 * * *'\n", encoding="utf-8")
+    bad_config = root / "bad.yaml"
+    bad_config.write_text("flow:\n  doc_batch: 0\n", encoding="utf-8")
+
+    server_log, serve_log = root / "server.log", root / "serve.log"
+    started = [_start([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+                      env, server_log)]
+    try:
+        def healthy():
+            try:
+                return httpx.get(f"{api_url}/health", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        _wait_for(healthy, 180, "prefect server /api/health", server_log)
+        started.append(_start([str(BIN / "kbflow"), "serve", "--config", str(config)], env, serve_log))
+
+        def served():
+            response = httpx.post(f"{api_url}/deployments/filter", json={}, timeout=5)
+            return len(response.json()) == 3 and started[1].poll() is None
+
+        _wait_for(served, 180, "kbflow serve to register 3 deployments", serve_log)
+        yield {"api_url": api_url, "env": env, "config": config, "bad_config": bad_config, "docs": docs,
+               "serve_log": serve_log}
+    finally:
+        for process in reversed(started):
+            _stop(process)
+
+
+def _flow_run_id(output: str) -> str:
+    match = re.search(r"UUID: ([0-9a-f-]{36})", output)
+    assert match, output
+    return match.group(1)
+
+
+def test_deployments_have_schedules_and_typed_forms(server):
+    deployments = {d["name"]: d for d in httpx.post(f"{server['api_url']}/deployments/filter", json={}).json()}
+    assert set(deployments) == {"nightly-srv", "on-demand", "backfill"}
+    assert [s["schedule"]["cron"] for s in deployments["nightly-srv"]["schedules"]] == ["0 3 * * *"]
+    schema = deployments["on-demand"]["parameter_openapi_schema"]["definitions"]["IngestRequest"]
+    assert {"namespace", "sources", "config", "dry_run", "force"} <= set(schema["properties"])
+    assert all(field.get("description") for field in schema["properties"].values())
+    # the server validates the form: a namespace with a space is refused before any run is created
+    response = httpx.post(f"{server['api_url']}/deployments/{deployments['on-demand']['id']}/create_flow_run",
+                          json={"parameters": {"request": {"namespace": "not valid"}}})
+    assert response.status_code == 409, response.text
+
+
+def test_on_demand_run_completes_and_a_bad_config_run_fails_the_ci_script(server):
+    """Both runs at once (the served process runs them side by side): one ingests, one fails on its config."""
+    request = {"namespace": "srv", "sources": [str(server["docs"])], "config": str(server["config"])}
+    on_demand = subprocess.Popen(
+        [str(BIN / "prefect"), "deployment", "run", "kbflow-ingest-request/on-demand",
+         "--param", f"request={json.dumps(request)}", "--watch", "--watch-timeout", "300"],
+        cwd=REPO, env=server["env"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    ci_env = {**server["env"], "PREFECT": str(BIN / "prefect"), "KBFLOW_WATCH_TIMEOUT": "300"}
+    ci_script = subprocess.Popen(
+        ["bash", str(REPO / "deployments" / "ci" / "backfill.sh"), json.dumps({"config": str(server["bad_config"])})],
+        cwd=REPO, env=ci_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    on_demand_output, _ = on_demand.communicate(timeout=360)
+    ci_output, _ = ci_script.communicate(timeout=360)
+
+    # the failing run: Failed on the server, and the CI script exits non-zero saying so
+    assert ci_script.returncode != 0, ci_output
+    assert "Flow run finished in state 'Failed'" in ci_output and "did not complete" in ci_output
+    failed = httpx.get(f"{server['api_url']}/flow_runs/{_flow_run_id(ci_output)}").json()
+    assert failed["state"]["type"] == "FAILED" and "flow.doc_batch" in failed["state"]["message"]
+
+    # the on-demand run: Completed, with its artifacts, readable task-run names, and the documents in the store
+    assert on_demand.returncode == 0, on_demand_output + server["serve_log"].read_text()[-3000:]
+    run = httpx.get(f"{server['api_url']}/flow_runs/{_flow_run_id(on_demand_output)}").json()
+    assert run["state"]["type"] == "COMPLETED"
+    artifacts = {a["key"]: a for a in httpx.post(f"{server['api_url']}/artifacts/filter", json={
+        "artifacts": {"key": {"any_": ["kbflow-srv-progress", "kbflow-srv-run-summary", "kbflow-srv-failures"]}}
+    }).json()}
+    assert set(artifacts) == {"kbflow-srv-progress", "kbflow-srv-run-summary", "kbflow-srv-failures"}
+    assert float(artifacts["kbflow-srv-progress"]["data"]) == 100.0
+    rows = json.loads(artifacts["kbflow-srv-run-summary"]["data"])
+    figures = {(row["group"], row["item"]): row["value"] for row in rows}
+    assert figures[("documents", "new")] == 4 and figures[("documents", "failed")] == 0
+    assert figures[("chunks", "embedded")] > 0 and ("seconds", "embed") in figures
+    assert "No failures" in artifacts["kbflow-srv-failures"]["data"]
+    task_runs = httpx.post(f"{server['api_url']}/task_runs/filter", json={}).json()
+    assert {"convert docs 0-3", "split docs 0-3", "chunk docs 0-3", "upsert docs 0-3"} <= {t["name"] for t in task_runs}
+    stats = api.stats("srv", server["config"])
+    assert stats["documents"] == 4 and stats["chunks"] == figures[("store", "count")] > 0
+
+
+def test_prefect_yaml_deploys_to_a_process_pool_and_a_worker_runs_it(server, tmp_path):
+    """Last in this module: it re-registers on-demand on the work pool, replacing the served one."""
+    prefect = str(BIN / "prefect")
+
+    def cli(*args):
+        result = subprocess.run([prefect, *args], cwd=REPO, env=server["env"], capture_output=True, text=True,
+                                timeout=300)
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result.stdout + result.stderr
+
+    cli("work-pool", "create", "kbflow-process", "--type", "process")
+    cli("--no-prompt", "deploy", "--all", "--prefect-file", "deployments/prefect.yaml")
+    pooled = {d["name"]: d for d in httpx.post(f"{server['api_url']}/deployments/filter", json={}).json()
+              if d["work_pool_name"] == "kbflow-process"}
+    assert set(pooled) == {"nightly-default", "on-demand", "backfill"}
+    assert pooled["on-demand"]["parameter_openapi_schema"]["definitions"]["IngestRequest"]
+
+    worker_log = tmp_path / "worker.log"
+    worker = _start([prefect, "worker", "start", "--pool", "kbflow-process", "--limit", "1"],
+                    {**server["env"], "PREFECT_WORKER_QUERY_SECONDS": "2"}, worker_log)
+    try:
+        request = {"namespace": "srv", "config": str(server["config"]), "dry_run": True}
+        output = cli("deployment", "run", "kbflow-ingest-request/on-demand", "--param", f"request={json.dumps(request)}",
+                     "--watch", "--watch-timeout", "300")
+    finally:
+        _stop(worker)
+    assert "finished successfully in 'Completed'" in output, worker_log.read_text()[-3000:]
+    summary = httpx.post(f"{server['api_url']}/artifacts/filter", json={
+        "artifacts": {"key": {"any_": ["kbflow-srv-plan-summary"]}}}).json()
+    figures = {(row["group"], row["item"]): row["value"] for row in json.loads(summary[0]["data"])}
+    assert figures[("documents", "unchanged")] == 4  # the dry run saw what the served run ingested

@@ -1,0 +1,86 @@
+import os
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from pydantic import ValidationError
+
+from kbflow import report
+from kbflow.config import load_config
+from kbflow.deploy import BackfillRequest, IngestRequest, backfill_targets, changed_since, config_path, sources_of
+from kbflow.errors import ConfigError
+
+
+def test_requests_validate_namespaces_and_refuse_unknown_fields():
+    assert IngestRequest(namespace="docs-2", sources=["a"]).config == "default"
+    with pytest.raises(ValidationError, match="namespace"):
+        IngestRequest(namespace="../etc")
+    with pytest.raises(ValidationError, match="namespaces.1"):
+        BackfillRequest(namespaces=["ok", "no spaces"])
+    with pytest.raises(ValidationError, match="extra"):
+        IngestRequest(namspace="typo")
+    assert BackfillRequest(changed_since="2026-11-01").changed_since == datetime(2026, 11, 1)
+
+
+def test_every_request_field_has_a_description():
+    for model in (IngestRequest, BackfillRequest):
+        assert all(prop.get("description") for prop in model.model_json_schema()["properties"].values())
+
+
+def test_config_names_resolve_under_configs_and_unknown_names_list_the_known(tmp_path, monkeypatch):
+    (tmp_path / "nightly.yaml").write_text("namespace: n1\n")
+    monkeypatch.setenv("KBFLOW_CONFIGS_DIR", str(tmp_path))
+    assert config_path("nightly") == tmp_path / "nightly.yaml"
+    with pytest.raises(ConfigError, match=r"config 'nightly2' not found.*\['nightly'\]"):
+        config_path("nightly2")
+    with pytest.raises(ConfigError, match="does not exist"):
+        config_path(str(tmp_path / "missing.yaml"))
+
+
+def test_backfill_targets_all_or_listed_and_unknown_is_an_error(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("sources: [s0]\ndeploy:\n  schedules:\n    - {namespace: a}\n    - {namespace: b, sources: [s1]}\n")
+    config = load_config(path)
+    assert [t.namespace for t in backfill_targets(config, [])] == ["a", "b"]
+    assert [t.namespace for t in backfill_targets(config, ["b", "b"])] == ["b"]
+    assert sources_of(config, backfill_targets(config, ["a"])[0]) == ["s0"]
+    assert sources_of(config, backfill_targets(config, ["b"])[0]) == ["s1"]
+    with pytest.raises(ConfigError, match=r"\['c'\] are not in deploy.schedules"):
+        backfill_targets(config, ["c"])
+
+
+def test_changed_since_looks_at_file_times_below_each_source(tmp_path):
+    folder = tmp_path / "docs" / "deep"
+    folder.mkdir(parents=True)
+    old = folder / "old.md"
+    old.write_text("x")
+    week_ago = (datetime.now(timezone.utc) - timedelta(days=7)).timestamp()
+    os.utime(old, (week_ago, week_ago))
+    yesterday = datetime.now(timezone.utc) - timedelta(days=1)
+    assert not changed_since([str(tmp_path / "docs")], yesterday)
+    (folder / "new.md").write_text("y")
+    assert changed_since([str(tmp_path / "docs")], yesterday)
+    assert changed_since([str(tmp_path / "missing")], yesterday)  # reported by the ingest, not hidden
+
+
+def test_summary_rows_failures_page_and_keys():
+    summary = {"namespace": "Docs_1", "run_id": "r1",
+               "documents": {"new": 2, "changed": 0, "unchanged": 1, "removed": 0, "failed": 1},
+               "chunks": {"total": 5, "embedded": 4, "reused": 1, "deleted": 0}, "store": {"count": 5},
+               "seconds": {"embed": 1.5, "scan": 0.1, "total": 2.0},
+               "failures": [{"stage": "convert", "source_path": "a|b.pdf", "error_type": "ConversionError",
+                             "message": "broken\nPDF"}]}
+    rows = report.summary_rows(summary)
+    assert {"group": "documents", "item": "failed", "value": 1} in rows
+    assert [r["item"] for r in rows if r["group"] == "seconds"] == ["scan", "embed", "total"]
+    page = report.failures_markdown(summary)
+    assert "| convert | a\\|b.pdf | ConversionError | broken PDF |" in page
+    assert report.artifact_key("Docs_1", "run-summary") == "kbflow-docs-1-run-summary"
+
+
+def test_run_progress_moves_with_embed_batches_and_upserts():
+    progress = report.RunProgress(total_documents=4, doc_batch=2)
+    assert progress.update("convert", 2, 4) is None
+    assert progress.update("embed", 5, 10) == 25.0  # half of the first batch's 2 documents
+    assert progress.update("upsert", 2, 4) == 50.0
+    assert progress.update("embed", 10, 10) == 100.0
+    assert report.RunProgress(0, 2).update("upsert", 0, 0) is None
