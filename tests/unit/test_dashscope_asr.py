@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -30,14 +31,20 @@ class FakeDashScope(BaseHTTPRequestHandler):
             status, headers, payload = 401, {}, {"code": "InvalidApiKey", "message": "Invalid API-key provided."}
         else:
             status, headers, payload = self.server.script.pop(0)
-        self.send_response(status)
-        for name, value in headers.items():
-            self.send_header(name, value)
+        if status == "hang":  # a server that answers too late: the client's timeout must fire
+            time.sleep(headers["seconds"])
+            status, headers = 200, {}
         data = json.dumps(payload).encode()
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        try:
+            self.send_response(status)
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up (the timeout test)
+            pass
 
     def log_message(self, *args):
         pass
@@ -59,8 +66,8 @@ def server():
     httpd.shutdown()
 
 
-def client(server, key=KEY, retries=2) -> DashScopeASR:
-    return DashScopeASR(key, f"http://127.0.0.1:{server.server_address[1]}", "qwen3-asr-flash", 5.0, retries,
+def client(server, key=KEY, retries=2, timeout_s=5.0) -> DashScopeASR:
+    return DashScopeASR(key, f"http://127.0.0.1:{server.server_address[1]}", "qwen3-asr-flash", timeout_s, retries,
                         backoff_s=0.01)
 
 
@@ -88,6 +95,12 @@ def test_5xx_until_retries_run_out_is_transient(server):
     server.script = [(500, {}, {"code": "InternalError", "message": "oops"})] * 3
     with pytest.raises(TransientError, match="failed after 3 attempts.*HTTP 500 InternalError"):
         client(server, retries=2).transcribe(WAV, ".wav", "a.wav")
+
+
+def test_a_slow_answer_times_out_and_is_retried(server):
+    server.script = [("hang", {"seconds": 2}, success("late")[2]), success("in time")]
+    assert client(server, timeout_s=0.5).transcribe(WAV, ".wav", "a.wav") == "in time"
+    assert len(server.requests) == 2
 
 
 def test_bad_key_fails_at_once_without_showing_the_key(server):

@@ -20,6 +20,8 @@ HTML_SUFFIXES = {".html", ".htm", ".xhtml"}
 HTML_DROP_TAGS = ("script", "style", "noscript", "nav", "iframe", "object", "embed", "template", "svg", "canvas")
 HTML_PAGE_FURNITURE = ("header", "footer")  # dropped at page level; inside an article they may hold its title
 HTML_DROP_CLASSES = re.compile(r"\b(navheader|navfooter|navigation|docnav|breadcrumbs?|sidebar|skip-?link)\b", re.I)
+HTML_DROP_IDS = re.compile(r"^(banner|navbar|nav|sidebar|breadcrumbs?|site-(header|footer|nav))$", re.I)
+HTML_DROP_ROLES = ("navigation", "banner", "contentinfo")  # ARIA landmarks of the site, not the document
 HEADINGS = ("h1", "h2", "h3", "h4", "h5", "h6")
 SECTIONING = ("section", "article")
 SECTION_BREAK = "* * *"
@@ -119,7 +121,13 @@ def clean_html(text: str) -> str:
             element.decompose()
     for element in soup.find_all(class_=HTML_DROP_CLASSES):
         element.decompose()
-    for element in soup.find_all(attrs={"role": "navigation"}):
+    for element in soup.find_all("a"):  # a logo: an image link with no text, outside the document's content
+        if element.find("img") is not None and not element.get_text(strip=True) and \
+                element.find_parent(SECTIONING + ("main",)) is None:
+            element.decompose()
+    for element in soup.find_all(id=HTML_DROP_IDS):
+        element.decompose()
+    for element in soup.find_all(attrs={"role": HTML_DROP_ROLES}):
         element.decompose()
     _mark_section_boundaries(soup)
     return str(soup)
