@@ -249,6 +249,37 @@ def bench_ingest(
         out.print(f"written to {out_file}")
 
 
+@bench_app.command("search")
+def bench_search(
+    corpus: Path = typer.Option(Path("../shared/corpora/python-3.11-html.tar.xz"), "--corpus",
+                                help="Folder or tarball whose chunks are the texts."),
+    sizes: list[int] = typer.Option([10_000, 100_000], "--size", help="Table sizes in chunks (repeatable)."),
+    stores: list[str] = typer.Option(["lancedb", "qdrant"], "--store", help="lancedb and/or qdrant (repeatable)."),
+    real_vectors: int = typer.Option(2000, "--real-vectors", help="Chunks embedded by the real model; the rest of "
+                                     "the vectors are drawn around them (see kbflow.bench_search)."),
+    queries: int = typer.Option(200, "--queries", help="Queries timed per mode."),
+    slow_queries: int = typer.Option(50, "--slow-queries", help="Queries per mode for Qdrant local mode."),
+    out_file: Path = typer.Option(Path("docs/bench/search.json"), "--out", help="Where the JSON result goes (PNG beside)."),
+    work_dir: Optional[Path] = typer.Option(None, "--work-dir", help="Scratch folder, reused between runs (chunks, vectors)."),
+    config: Optional[Path] = ConfigOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Index build time, latency p50/p95/p99 and QPS per mode and store, ANN recall@10 vs exact, per table size."""
+    from kbflow.bench_search import bench_search as run_bench
+
+    try:
+        result = run_bench(corpus, sizes, stores, real_vectors, queries, out_file, work_dir, config, slow_queries)
+    except KbflowError as exc:
+        _fail(exc)
+    if as_json:
+        _print_json(result)
+        return
+    for run in result["runs"]:
+        out.print(f"{run['store']} {run['rows']:,}: " + ", ".join(
+            f"{mode} p50 {m['p50_ms']} ms" for mode, m in run["modes"].items()) + f", recall@10 {run['ann_recall@10']}")
+    out.print(f"written to {out_file}")
+
+
 def _finish_run(summary: dict, as_json: bool) -> None:
     """Print a run's summary; exit 1 when some documents failed (the others were ingested)."""
     _print_json(summary) if as_json else _print_summary(summary)

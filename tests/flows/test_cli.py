@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 KBFLOW = [sys.executable, "-m", "kbflow.cli"]
-COMMANDS = ["ingest", "search", "stats", "add-text", "clear", "eval", "bench"]
+COMMANDS = ["ingest", "search", "ask", "stats", "add-text", "clear", "eval", "bench"]
 README = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
 
 
