@@ -1,5 +1,8 @@
 """The read side of both stores: BM25 with Chinese words, filters, upsert/delete/stats, LanceDB's indexes."""
 
+import os
+import uuid
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -34,12 +37,17 @@ def rows(doc_ids, seed=0):
     return pa.Table.from_pylist(records, schema=store_schema(DIM))
 
 
-@pytest.fixture(params=["lancedb", "qdrant"])
+@pytest.fixture(params=["lancedb", "qdrant", "qdrant-server"])
 def store(request, tmp_path):
     if request.param == "lancedb":
         store = LanceStore(tmp_path / "lancedb", "ns", DIM)
-    else:
+    elif request.param == "qdrant":
         store = QdrantStore(str(tmp_path / "qdrant"), "ns", DIM)
+    else:  # a real server (payload indexes, HNSW): only where one is reachable
+        if not os.environ.get("QDRANT_URL"):
+            pytest.skip("QDRANT_URL is not set: no Qdrant server to test against")
+        store = QdrantStore(os.environ["QDRANT_URL"], f"test-{uuid.uuid4().hex[:8]}", DIM)
+        request.addfinalizer(store.clear)
     table = rows("abc")
     store.replace_documents(list("abc"), table)
     store.vectors = {r["chunk_id"]: np.array(r["vector"], np.float32) for r in table.to_pylist()}

@@ -82,6 +82,7 @@ class LanceStore:
         Path(self.uri).mkdir(parents=True, exist_ok=True)
         self._db = lancedb.connect(self.uri)
         self._table = None
+        self._fts_ready = False
 
     @property
     def table(self):
@@ -185,8 +186,10 @@ class LanceStore:
     def search_text(self, query_words: list[str], limit: int, where: SearchFilter | None = None) -> list[Hit]:
         if not self.exists() or not query_words:
             return []
-        if FTS_COLUMN not in self._indexes():
-            self.refresh_indexes()
+        if not self._fts_ready:  # a table written by an older kbflow, or by hand: index it once, here
+            if FTS_COLUMN not in self._indexes():
+                self.refresh_indexes()
+            self._fts_ready = True
         query = self.table.search(" ".join(query_words), query_type="fts", fts_columns=FTS_COLUMN)
         query = query.limit(limit).select(HIT_COLUMNS + ["_score"])
         sql = where_sql(where)
@@ -231,3 +234,4 @@ class LanceStore:
         if self.exists():
             self._db.drop_table(self.table_name)
         self._table = None
+        self._fts_ready = False
