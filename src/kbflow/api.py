@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 from kbflow.config import KbConfig, check_namespace, load_config
-from kbflow.embed import get_embedder
 from kbflow.errors import ConfigError
 from kbflow.lock import NamespaceLock
 from kbflow.manifest import NamespaceState

@@ -4,8 +4,9 @@ recall@10 against exact search, at several table sizes.
 What is measured, honestly:
 * Texts are real chunks of a real corpus (default: the Python 3.11 manual), converted, split and chunked by
   kbflow's own stages; a table bigger than the corpus cycles through its chunks again (BM25 then sees duplicates).
-* Vectors: ``real_vectors`` chunks are embedded with the configured model (all-MiniLM-L6-v2: ~6-10 chunks/s on
-  the 2 shared cores, so 100k real vectors would take hours). Every other row gets a synthetic vector drawn
+* Vectors: the first ``real_vectors`` chunks get their real vectors from the configured model, read from
+  kbflow's vector cache when an ingest of the same corpus left them there, embedded otherwise (all-MiniLM-L6-v2:
+  ~6-10 chunks/s on the 2 shared cores, so 100k real vectors would take hours). Every other row gets a synthetic vector drawn
   around a random real one: normalise(real + N(0, σ²/d)), σ = ``SYNTH_SIGMA``; queries are drawn the same way
   around real vectors, so the table keeps the real vectors' cluster structure. Query embedding time is not in
   the latencies (it is measured apart, ``query_embed_ms``).
@@ -37,11 +38,12 @@ SYNTH_SIGMA = 0.5
 MODES = ("vector", "vector_exact", "bm25", "hybrid")
 
 
-def corpus_chunks(corpus: Path, work: Path, config) -> list[str]:
-    """Chunk texts of the corpus through kbflow's own convert/split/chunk stages (cached in the work dir)."""
+def corpus_chunks(corpus: Path, work: Path, config) -> pa.Table:
+    """Chunks (text, embed_sha256, embed text) of the corpus through kbflow's own convert/split/chunk stages,
+    cached in the work dir."""
     cached = work / "chunks.parquet"
     if cached.exists():
-        return pq.read_table(cached).column("text").to_pylist()
+        return pq.read_table(cached)
     from kbflow.chunk import chunker_fingerprint
     from kbflow.convert import convert_batch
     from kbflow.pipeline import chunk_documents, resolve_chunk_tokens, split_documents
@@ -53,30 +55,42 @@ def corpus_chunks(corpus: Path, work: Path, config) -> list[str]:
     embedder = get_embedder(config.embedder)
     counter = embedder.token_counter()
     tokens = resolve_chunk_tokens(config.chunking, embedder.max_tokens, embedder.model_id)
-    texts: list[str] = []
+    parts = []
     for start in range(0, len(files), 100):
         documents = convert_batch(files[start:start + 100])
         sections = split_documents(documents)
         chunks = chunk_documents(documents, sections, counter, tokens, config.chunking,
-                                 chunker_fingerprint(counter, tokens, config.chunking.overlap_tokens, True))
-        texts += [t for t in chunks.column("text").to_pylist() if t.strip()]
-    pq.write_table(pa.table({"text": texts}), cached)
-    return texts
+                                 chunker_fingerprint(counter, tokens, config.chunking.overlap_tokens,
+                                                     config.chunking.heading_prefix))
+        prefixed = [p + t for p, t in zip(chunks.column("embed_prefix").to_pylist(), chunks.column("text").to_pylist())]
+        parts.append(pa.table({"text": chunks.column("text"), "embed_sha256": chunks.column("embed_sha256"),
+                               "embed_text": pa.array(prefixed, pa.large_string())}))
+    table = pa.concat_tables(parts)
+    pq.write_table(table, cached)
+    return table
 
 
-def real_vectors(texts: list[str], n: int, work: Path, config) -> tuple[np.ndarray, float]:
-    """The first ``n`` chunk texts embedded by the configured model (cached); and one query's embed time in ms."""
+def real_vectors(chunks: pa.Table, n: int, config) -> tuple[np.ndarray, float]:
+    """Vectors of the first ``n`` chunks by the configured model: from kbflow's vector cache where an ingest of
+    the same corpus left them, embedded (and cached) otherwise; and one query's embed time in ms."""
+    from kbflow.embed.cache import VectorCache
+    from kbflow.stores.factory import store_uri
+
     embedder = get_embedder(config.embedder)
-    cached = work / f"real-{n}.npy"
-    if cached.exists():
-        vectors = np.load(cached)
-    else:
-        vectors = embedder.embed_documents(texts[:n])
-        np.save(cached, vectors)
+    cache = VectorCache(store_uri(config), embedder.model_id, embedder.dimension)
+    keys = chunks.column("embed_sha256").to_pylist()[:n]
+    found = cache.lookup(keys)
+    missing = sorted({key for key in keys if key not in found})
+    if missing:
+        by_key = dict(zip(keys, chunks.column("embed_text").to_pylist()[:n]))
+        vectors = embedder.embed_documents([by_key[key] for key in missing])
+        cache.add(missing, vectors)
+        found.update(zip(missing, vectors))
+    texts = chunks.column("text").to_pylist()
     started = time.perf_counter()
-    for text in texts[n:n + 20]:
+    for text in texts[n:n + 20] or texts[:20]:
         embedder.embed_query(text[:200])
-    return vectors, 1000 * (time.perf_counter() - started) / 20
+    return np.stack([found[key] for key in keys]).astype(np.float32), 1000 * (time.perf_counter() - started) / 20
 
 
 def synthetic_around(real: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
@@ -180,10 +194,11 @@ def bench_search(corpus: Path, sizes: list[int], stores: list[str], n_real: int,
     config = load_config(config_path)
     work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="kbflow-bench-search-"))
     work.mkdir(parents=True, exist_ok=True)
-    texts = corpus_chunks(corpus, work, config)
-    if len(texts) < n_real + 20:
-        raise ConfigError(f"the corpus gives {len(texts)} chunks, fewer than --real-vectors {n_real} + 20 queries")
-    real, query_embed_ms = real_vectors(texts, n_real, work, config)
+    chunks = corpus_chunks(corpus, work, config)
+    texts = chunks.column("text").to_pylist()
+    if len(texts) < n_real:
+        raise ConfigError(f"the corpus gives {len(texts)} chunks, fewer than --real-vectors {n_real}")
+    real, query_embed_ms = real_vectors(chunks, n_real, config)
     rng = np.random.default_rng(0)
     queries = synthetic_around(real, n_queries, rng)
     query_texts = [" ".join(texts[i].split()[:6]) for i in rng.integers(0, len(texts), n_queries)]
