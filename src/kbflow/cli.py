@@ -203,13 +203,15 @@ def evaluate(
     max_queries: Optional[int] = typer.Option(None, "--max-queries", help="Evaluate only the first N labelled queries."),
     mode: list[str] = typer.Option(["vector"], "--mode", "-m", help="vector | bm25 | hybrid | rerank; repeat to "
                                    "evaluate several modes over one ingest."),
+    no_ingest: bool = typer.Option(False, "--no-ingest", help="Score what an earlier (maybe interrupted) ingest into "
+                                   "--data-dir stored: corpus and queries cut to the stored documents."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Ingest a labelled set into its own namespace and report nDCG@10, Recall@10/100 and MRR@10."""
     from kbflow.evaluate import eval_beir
 
     try:
-        result = eval_beir(beir, config, data_dir, max_queries=max_queries, modes=mode)
+        result = eval_beir(beir, config, data_dir, max_queries=max_queries, modes=mode, ingest=not no_ingest)
     except KbflowError as exc:
         _fail(exc)
     if as_json:

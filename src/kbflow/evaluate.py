@@ -85,29 +85,56 @@ def _write_corpus(corpus: dict[str, dict], folder: Path) -> dict[str, str]:
 
 
 def eval_beir(folder: Path, config=None, data_dir: Path | None = None, namespace: str | None = None,
-              max_queries: int | None = None, modes: list[str] | None = None) -> dict:
-    """Ingest (incrementally: a kept data dir makes a repeat cheap), then score every mode over that one ingest."""
+              max_queries: int | None = None, modes: list[str] | None = None, ingest: bool = True) -> dict:
+    """Ingest (incrementally: a kept data dir makes a repeat cheap), then score every mode over that one ingest.
+
+    ``ingest=False`` scores what an earlier (possibly interrupted) ingest into ``data_dir`` stored: the corpus is
+    cut to the stored documents and the queries to those with a relevant stored document (``subset`` in the result).
+    """
     corpus, queries, qrels = load_beir(folder)
+    if not ingest and data_dir is None:
+        raise ConfigError("evaluating without ingesting needs --data-dir: the folder of the earlier ingest")
     for mode in modes or ["vector"]:
         if mode not in MODES:
             raise ConfigError(f"eval mode {mode!r} is unknown; use one of {', '.join(MODES)}")
     with tempfile.TemporaryDirectory(prefix="kbflow-eval-") as work:  # corpus files, and the data dir unless given
         return _eval(corpus, queries, qrels, Path(folder), Path(work), config, data_dir, namespace, max_queries,
-                     modes or ["vector"])
+                     modes or ["vector"], ingest)
 
 
-def _eval(corpus, queries, qrels, folder: Path, work: Path, config, data_dir, namespace, max_queries, modes) -> dict:
+def _stored_subset(corpus, qrels, paths: dict[str, str], data_dir: Path, namespace: str):
+    from kbflow.manifest import NamespaceState
+
+    stored = {paths[p] for p in NamespaceState(data_dir, namespace).read_manifest().column("source_path").to_pylist()
+              if p in paths}
+    if not stored:
+        raise ConfigError(f"namespace {namespace!r} in {data_dir} holds none of the corpus; run the eval with ingest first")
+    qrels = {q: {d: g for d, g in rel.items() if d in stored} for q, rel in qrels.items()}
+    return {d: row for d, row in corpus.items() if d in stored}, {q: rel for q, rel in qrels.items()
+                                                                   if any(g > 0 for g in rel.values())}
+
+
+def _eval(corpus, queries, qrels, folder: Path, work: Path, config, data_dir, namespace, max_queries, modes,
+          ingest=True) -> dict:
     data_dir = Path(data_dir) if data_dir else work / "data"
     namespace = namespace or "eval-" + "".join(c if c.isalnum() else "-" for c in folder.name)[:40]
     paths = _write_corpus(corpus, work / "corpus")
     started = time.perf_counter()
-    summary = api.ingest([work / "corpus"], namespace, config, data_dir)
+    subset = None
+    if ingest:
+        summary = api.ingest([work / "corpus"], namespace, config, data_dir)
+        chunks = summary["store"]["count"]
+    else:
+        full = len(corpus)
+        corpus, qrels = _stored_subset(corpus, qrels, paths, data_dir, namespace)
+        subset = {"documents": len(corpus), "of_documents": full}
+        chunks = api.stats(namespace, config, data_dir)["chunks"]
     ingest_s = time.perf_counter() - started
     labelled = [q for q in queries if q in qrels][: max_queries or None]
     searcher = Searcher(api._config(config, data_dir), namespace)  # opened once for every query and mode
     runs = [_run_mode(searcher, mode, queries, labelled, qrels, paths) for mode in modes]
     return {"dataset": str(folder), "namespace": namespace, "documents": len(corpus), "queries": len(labelled),
-            "chunks": summary["store"]["count"], "mode": runs[0]["mode"], "metrics": runs[0]["metrics"],
+            "chunks": chunks, "subset": subset, "mode": runs[0]["mode"], "metrics": runs[0]["metrics"],
             "ingest_s": round(ingest_s, 2), "search_ms_per_query": runs[0]["search_ms_per_query"], "runs": runs}
 
 

@@ -133,3 +133,19 @@ def test_writes_reopen_the_searcher(kbs):
     kb.add_text("Zebrafish regenerate their fins.", doc_id="fish")
     assert kb.search("zebrafish", mode="bm25")[0].source_path == "text:fish"
     assert kb.stats()["chunks"] == kb.searcher.stats()["rows"]
+
+
+def test_eval_scores_several_modes_over_one_ingest(tmp_path):
+    from kbflow.errors import ConfigError
+    from kbflow.evaluate import eval_beir
+
+    result = eval_beir(CASES / "beir-mini", data_dir=tmp_path / "data", modes=["vector", "bm25", "hybrid"])
+    runs = {run["mode"]: run for run in result["runs"]}
+    assert list(runs) == ["vector", "bm25", "hybrid"] and result["metrics"] == runs["vector"]["metrics"]
+    assert runs["hybrid"]["metrics"]["recall@100"] == 1.0  # the vector list reaches every document
+    assert runs["bm25"]["metrics"]["mrr@10"] > 0
+    again = eval_beir(CASES / "beir-mini", data_dir=tmp_path / "data", modes=["bm25"], ingest=False)
+    assert again["subset"] == {"documents": 5, "of_documents": 5}
+    assert again["runs"][0]["metrics"] == runs["bm25"]["metrics"]
+    with pytest.raises(ConfigError, match="holds none of the corpus"):
+        eval_beir(CASES / "beir-mini", data_dir=tmp_path / "empty", ingest=False)
