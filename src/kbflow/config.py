@@ -125,7 +125,7 @@ class SearchConfig(_Section):
                                  "score; BM25 gets the rest.")
     candidates: int = Field(50, ge=1, le=2000, description="Candidates fetched from each of vector and BM25 for hybrid.")
     vector_index_min_rows: int = Field(
-        50_000, ge=1, description="LanceDB builds an ANN vector index once a namespace holds this many chunks "
+        10_000, ge=1, description="LanceDB builds an ANN vector index once a namespace holds this many chunks "
         "(below it an exact scan is fast: see docs/bench/search.json).")
     vector_index_type: Literal["IVF_HNSW_SQ", "IVF_PQ", "IVF_FLAT", "IVF_HNSW_FLAT"] = Field(
         "IVF_HNSW_SQ", description="LanceDB ANN index type.")
