@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 
 from kbflow.config import KbConfig, check_namespace, load_config
-from kbflow.embed import get_embedder
 from kbflow.errors import ConfigError
 from kbflow.lock import NamespaceLock
 from kbflow.manifest import NamespaceState
-from kbflow.stores import Hit, open_store
+from kbflow.search.searcher import Searcher
+from kbflow.stores import Hit, SearchFilter, open_store
 
 
 def _config(config: KbConfig | str | Path | None, data_dir: str | Path | None) -> KbConfig:
@@ -73,21 +73,22 @@ def add_text(text: str, doc_id: str, namespace: str | None = None, config: str |
 
 
 def search(query: str, namespace: str | None = None, limit: int | None = None, min_score: float | None = None,
-           config: KbConfig | str | Path | None = None, data_dir: str | Path | None = None) -> list[Hit]:
-    """Best chunks for ``query`` by cosine similarity (1 = same direction); hits under ``min_score`` are dropped."""
+           config: KbConfig | str | Path | None = None, data_dir: str | Path | None = None, mode: str | None = None,
+           where: SearchFilter | None = None, expand: str | None = None) -> list[Hit]:
+    """Best chunks for ``query`` (mode: vector, bm25, hybrid, rerank; scores in the mode's unit, see
+    kbflow.search.searcher); hits under ``min_score`` are dropped. Opens the namespace for this one call: use
+    ``kbflow.KnowledgeBase`` or ``Searcher`` for many queries."""
     cfg = _config(config, data_dir)
-    namespace = check_namespace(namespace or cfg.namespace)
-    limit = limit or cfg.search.limit
-    min_score = cfg.search.min_score if min_score is None else min_score
-    state = NamespaceState(cfg.data_dir, namespace)
-    meta = state.meta()
-    if meta is None:
-        return []
-    embedder = get_embedder(cfg.embedder)
-    state.check_model(embedder.model_id, embedder.dimension)
-    store = open_store(cfg, namespace, embedder.dimension)
-    hits = store.search_vector(embedder.embed_query(query), limit)
-    return [hit for hit in hits if hit.score >= min_score]
+    return Searcher(cfg, namespace).search(query, mode, limit, min_score, where, expand)
+
+
+def ask(question: str, namespace: str | None = None, config: KbConfig | str | Path | None = None,
+        data_dir: str | Path | None = None, mode: str | None = None, where: SearchFilter | None = None,
+        expand: str | None = None) -> dict:
+    """An answer grounded in retrieved chunks with numbered citations, through the configured chat model."""
+    from kbflow.search.ask import ask as ask_question
+
+    return ask_question(Searcher(_config(config, data_dir), namespace), question, mode, where, expand)
 
 
 def stats(namespace: str | None = None, config: KbConfig | str | Path | None = None,

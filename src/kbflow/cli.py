@@ -66,19 +66,40 @@ def ingest(
     _finish_run(summary, as_json)
 
 
+ModeOpt = typer.Option(None, "--mode", "-m", help="vector | bm25 | hybrid | rerank (default: search.mode, 'vector').")
+ExpandOpt = typer.Option(None, "--expand", help="Query expansion through the chat model: mqe (several phrasings) or hyde.")
+SourceOpt = typer.Option(None, "--source", help="Only chunks whose source path matches this glob ('docs/*.md').")
+HeadingOpt = typer.Option(None, "--heading", help="Only chunks under this heading path, headings joined by ' > '.")
+DocIdOpt = typer.Option(None, "--doc-id", help="Only chunks of this document id (repeatable).")
+
+
+def _filter(source: Optional[str], heading: Optional[str], doc_ids: Optional[list[str]]):
+    from kbflow.stores import SearchFilter
+
+    prefix = tuple(part.strip() for part in heading.split(" > ")) if heading else ()
+    return SearchFilter(source, prefix, tuple(doc_ids or ()))
+
+
 @app.command()
 def search(
     query: str = typer.Argument(..., help="What to look for."),
     namespace: Optional[str] = NamespaceOpt,
     limit: int = typer.Option(5, "--limit", "-k", help="Most hits to return."),
-    min_score: Optional[float] = typer.Option(None, "--min-score", help="Drop hits under this cosine similarity (-1..1)."),
+    min_score: Optional[float] = typer.Option(None, "--min-score", help="Drop hits under this score, in the mode's "
+                                              "unit: cosine -1..1 (vector), BM25 ≥ 0, fused (hybrid), reranker score."),
+    mode: Optional[str] = ModeOpt,
+    expand: Optional[str] = ExpandOpt,
+    source: Optional[str] = SourceOpt,
+    heading: Optional[str] = HeadingOpt,
+    doc_id: Optional[list[str]] = DocIdOpt,
     config: Optional[Path] = ConfigOpt,
     data_dir: Optional[Path] = DataDirOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Best chunks for QUERY, with score, source path, heading path and text."""
     try:
-        hits = api.search(query, namespace, limit, min_score, config, data_dir)
+        hits = api.search(query, namespace, limit, min_score, config, data_dir, mode, _filter(source, heading, doc_id),
+                          expand)
     except KbflowError as exc:
         _fail(exc)
     if as_json:
@@ -87,9 +108,44 @@ def search(
     if not hits:
         out.print("no hits (is the namespace empty? run `kbflow ingest PATH` first)")
     for rank, hit in enumerate(hits, 1):
-        heading = " > ".join(hit.heading_path)
-        out.rule(f"{rank}. {hit.score:.3f}  {hit.source_path}" + (f"  § {heading}" if heading else ""), align="left")
+        heading_text = " > ".join(hit.heading_path)
+        out.rule(f"{rank}. {hit.score:.3f}  {hit.source_path}" + (f"  § {heading_text}" if heading_text else ""),
+                 align="left")
         out.print(hit.text if len(hit.text) < 600 else hit.text[:600] + " …", highlight=False, markup=False)
+
+
+@app.command()
+def ask(
+    question: str = typer.Argument(..., help="The question to answer from the knowledge base."),
+    namespace: Optional[str] = NamespaceOpt,
+    mode: Optional[str] = ModeOpt,
+    expand: Optional[str] = ExpandOpt,
+    source: Optional[str] = SourceOpt,
+    config: Optional[Path] = ConfigOpt,
+    data_dir: Optional[Path] = DataDirOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Answer QUESTION from retrieved chunks with numbered citations, through an OpenAI-compatible chat model.
+
+    The endpoint and key come from the environment variables named by search.llm (OPENAI_BASE_URL, OPENAI_API_KEY)."""
+    try:
+        result = api.ask(question, namespace, config, data_dir, mode, _filter(source, None, None), expand)
+    except KbflowError as exc:
+        _fail(exc)
+    if as_json:
+        _print_json(result)
+        return
+    if result["answer"] is None:
+        out.print(result["message"])
+        return
+    out.print(result["answer"], highlight=False, markup=False)
+    out.rule("sources", align="left")
+    for source_row in result["sources"]:
+        heading_text = " > ".join(source_row["heading_path"])
+        out.print(f"[{source_row['n']}] {source_row['source_path']}" + (f" § {heading_text}" if heading_text else ""),
+                  highlight=False, markup=False)
+    if result["unknown_citations"]:
+        err.print(f"warning: the answer cites sources that do not exist: {result['unknown_citations']}")
 
 
 @app.command()
@@ -171,22 +227,30 @@ def evaluate(
     config: Optional[Path] = ConfigOpt,
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Keep the eval namespace here (default: temporary)."),
     max_queries: Optional[int] = typer.Option(None, "--max-queries", help="Evaluate only the first N labelled queries."),
+    mode: list[str] = typer.Option(["vector"], "--mode", "-m", help="vector | bm25 | hybrid | rerank; repeat to "
+                                   "evaluate several modes over one ingest."),
+    no_ingest: bool = typer.Option(False, "--no-ingest", help="Score what an earlier (maybe interrupted) ingest into "
+                                   "--data-dir stored: corpus and queries cut to the stored documents."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Ingest a labelled set into its own namespace and report nDCG@10, Recall@10/100 and MRR@10."""
     from kbflow.evaluate import eval_beir
 
     try:
-        result = eval_beir(beir, config, data_dir, max_queries=max_queries)
+        result = eval_beir(beir, config, data_dir, max_queries=max_queries, modes=mode, ingest=not no_ingest)
     except KbflowError as exc:
         _fail(exc)
     if as_json:
         _print_json(result)
         return
     table = Table(title=f"{result['dataset']} ({result['documents']} docs, {result['queries']} queries)")
+    table.add_column("mode")
     for name in result["metrics"]:
         table.add_column(name, justify="right")
-    table.add_row(*(f"{value:.4f}" for value in result["metrics"].values()))
+    table.add_column("ms/query", justify="right")
+    for run in result["runs"]:
+        table.add_row(run["mode"], *(f"{value:.4f}" for value in run["metrics"].values()),
+                      f"{run['search_ms_per_query']:.1f}")
     out.print(table)
 
 
@@ -211,6 +275,37 @@ def bench_ingest(
     else:
         out.print_json(json.dumps(result["ratios"]))
         out.print(f"written to {out_file}")
+
+
+@bench_app.command("search")
+def bench_search(
+    corpus: Path = typer.Option(Path("../shared/corpora/python-3.11-html.tar.xz"), "--corpus",
+                                help="Folder or tarball whose chunks are the texts."),
+    sizes: list[int] = typer.Option([10_000, 100_000], "--size", help="Table sizes in chunks (repeatable)."),
+    stores: list[str] = typer.Option(["lancedb", "qdrant"], "--store", help="lancedb and/or qdrant (repeatable)."),
+    real_vectors: int = typer.Option(2000, "--real-vectors", help="Chunks embedded by the real model; the rest of "
+                                     "the vectors are drawn around them (see kbflow.bench_search)."),
+    queries: int = typer.Option(200, "--queries", help="Queries timed per mode."),
+    slow_queries: int = typer.Option(50, "--slow-queries", help="Queries per mode for Qdrant local mode."),
+    out_file: Path = typer.Option(Path("docs/bench/search.json"), "--out", help="Where the JSON result goes (PNG beside)."),
+    work_dir: Optional[Path] = typer.Option(None, "--work-dir", help="Scratch folder, reused between runs (chunks, vectors)."),
+    config: Optional[Path] = ConfigOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Index build time, latency p50/p95/p99 and QPS per mode and store, ANN recall@10 vs exact, per table size."""
+    from kbflow.bench_search import bench_search as run_bench
+
+    try:
+        result = run_bench(corpus, sizes, stores, real_vectors, queries, out_file, work_dir, config, slow_queries)
+    except KbflowError as exc:
+        _fail(exc)
+    if as_json:
+        _print_json(result)
+        return
+    for run in result["runs"]:
+        out.print(f"{run['store']} {run['rows']:,}: " + ", ".join(
+            f"{mode} p50 {m['p50_ms']} ms" for mode, m in run["modes"].items()) + f", recall@10 {run['ann_recall@10']}")
+    out.print(f"written to {out_file}")
 
 
 @bench_app.command("chunk")

@@ -103,9 +103,60 @@ class FlowConfig(_Section):
     )
 
 
+class RerankConfig(_Section):
+    kind: Literal["cross-encoder", "dashscope"] = Field(
+        "cross-encoder", description="'cross-encoder': a local sentence-transformers CrossEncoder from model_path; "
+        "'dashscope': DashScope's text-rerank API (key from api_key_env).")
+    model_path: str | None = Field(None, description="Folder of a local CrossEncoder model (required for kind cross-encoder).")
+    candidates: int = Field(50, ge=1, le=1000, description="Hybrid candidates the reranker scores per query.")
+    batch_size: int = Field(32, ge=1, description="Query-passage pairs per cross-encoder forward pass.")
+    dashscope_model: str = Field("gte-rerank-v2", description="DashScope rerank model name.")
+    dashscope_url: str = Field(
+        "https://dashscope.aliyuncs.com/api/v1/services/rerank/text-rerank/text-rerank",
+        description="DashScope rerank endpoint (a test points it at a local server).")
+    api_key_env: str = Field("DASHSCOPE_API_KEY", description="Environment variable holding the DashScope key (never the key).")
+    timeout_s: float = Field(30.0, gt=0, description="Per-request time limit of the rerank API.")
+    retries: int = Field(3, ge=0, le=20, description="Retries on 429, 5xx and timeouts.")
+
+
+class LlmConfig(_Section):
+    base_url_env: str = Field(
+        "OPENAI_BASE_URL", description="Environment variable holding the OpenAI-compatible base URL (…/v1). "
+        "For DashScope use its compatible mode: https://dashscope.aliyuncs.com/compatible-mode/v1.")
+    api_key_env: str = Field("OPENAI_API_KEY", description="Environment variable holding the API key (never the key).")
+    model: str = Field("gpt-4o-mini", description="Chat model name sent to /chat/completions (e.g. qwen-plus on DashScope).")
+    temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature of answers and expansions.")
+    max_tokens: int = Field(800, ge=16, description="Most tokens of one completion.")
+    timeout_s: float = Field(60.0, gt=0, description="Per-request time limit.")
+    retries: int = Field(3, ge=0, le=20, description="Retries on 429, 5xx and timeouts (Retry-After honoured).")
+    mqe_queries: int = Field(3, ge=1, le=10, description="Extra phrasings multi-query expansion asks for.")
+    context_chunks: int = Field(6, ge=1, le=50, description="Retrieved chunks given to the model by `ask`.")
+
+
 class SearchConfig(_Section):
     limit: int = Field(5, ge=1, le=1000, description="Hits returned by default.")
-    min_score: float = Field(0.0, ge=-1, le=1, description="Cosine similarity below which hits are dropped.")
+    min_score: float | None = Field(
+        None, description="Drop hits scoring below this, in the mode's own unit: cosine similarity -1..1 (vector), "
+        "BM25 score ≥ 0 (bm25), fused score (hybrid: RRF sum ≤ 2/(rrf_k+1), weighted 0..1), reranker score (rerank). "
+        "Empty keeps every hit.")
+    mode: Literal["vector", "bm25", "hybrid", "rerank"] = Field("vector", description="Default search mode.")
+    fusion: Literal["rrf", "weighted"] = Field("rrf", description="How hybrid merges vector and BM25 candidates.")
+    rrf_k: int = Field(60, ge=1, description="RRF constant: score = sum of 1/(rrf_k + rank).")
+    vector_weight: float = Field(0.5, ge=0, le=1, description="Weighted fusion: share of the min-max-scaled vector "
+                                 "score; BM25 gets the rest.")
+    candidates: int = Field(50, ge=1, le=2000, description="Candidates fetched from each of vector and BM25 for hybrid.")
+    vector_index_min_rows: int = Field(
+        10_000, ge=1, description="LanceDB builds an ANN vector index once a namespace holds this many chunks "
+        "(below it an exact scan is fast: see docs/bench/search.json).")
+    vector_index_type: Literal["IVF_HNSW_SQ", "IVF_PQ", "IVF_FLAT", "IVF_HNSW_FLAT"] = Field(
+        "IVF_HNSW_SQ", description="LanceDB ANN index type.")
+    ann_nprobes: int = Field(20, ge=1, description="IVF partitions searched per query (LanceDB).")
+    ann_ef: int = Field(64, ge=1, description="HNSW candidate list size per query (LanceDB IVF_HNSW_*).")
+    bm25_k1: float = Field(1.2, gt=0, description="BM25 k1 of Qdrant's sparse vectors (LanceDB uses its own 1.2).")
+    bm25_b: float = Field(0.75, ge=0, le=1, description="BM25 b of Qdrant's sparse vectors (LanceDB uses its own 0.75).")
+    bm25_avg_len: float = Field(120.0, gt=0, description="Qdrant BM25: assumed mean words per chunk (fixed at write time).")
+    rerank: RerankConfig = Field(default_factory=RerankConfig)
+    llm: LlmConfig = Field(default_factory=LlmConfig)
 
 
 class ScheduleConfig(_Section):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from kbflow import api
 from kbflow.errors import ConfigError
+from kbflow.search.searcher import MODES, Searcher
 
 SEARCH_DEPTH = 200  # chunks retrieved per query, enough for Recall@100 over documents
 
@@ -84,32 +85,78 @@ def _write_corpus(corpus: dict[str, dict], folder: Path) -> dict[str, str]:
 
 
 def eval_beir(folder: Path, config=None, data_dir: Path | None = None, namespace: str | None = None,
-              max_queries: int | None = None) -> dict:
+              max_queries: int | None = None, modes: list[str] | None = None, ingest: bool = True) -> dict:
+    """Ingest (incrementally: a kept data dir makes a repeat cheap), then score every mode over that one ingest.
+
+    ``ingest=False`` scores what an earlier (possibly interrupted) ingest into ``data_dir`` stored: the corpus is
+    cut to the stored documents and the queries to those with a relevant stored document (``subset`` in the result).
+    """
     corpus, queries, qrels = load_beir(folder)
+    if not ingest and data_dir is None:
+        raise ConfigError("evaluating without ingesting needs --data-dir: the folder of the earlier ingest")
+    for mode in modes or ["vector"]:
+        if mode not in MODES:
+            raise ConfigError(f"eval mode {mode!r} is unknown; use one of {', '.join(MODES)}")
     with tempfile.TemporaryDirectory(prefix="kbflow-eval-") as work:  # corpus files, and the data dir unless given
-        return _eval(corpus, queries, qrels, Path(folder), Path(work), config, data_dir, namespace, max_queries)
+        return _eval(corpus, queries, qrels, Path(folder), Path(work), config, data_dir, namespace, max_queries,
+                     modes or ["vector"], ingest)
 
 
-def _eval(corpus, queries, qrels, folder: Path, work: Path, config, data_dir, namespace, max_queries) -> dict:
+def _stored_subset(corpus, qrels, paths: dict[str, str], data_dir: Path, namespace: str):
+    from kbflow.manifest import NamespaceState
+
+    stored = {paths[p] for p in NamespaceState(data_dir, namespace).read_manifest().column("source_path").to_pylist()
+              if p in paths}
+    if not stored:
+        raise ConfigError(f"namespace {namespace!r} in {data_dir} holds none of the corpus; run the eval with ingest first")
+    qrels = {q: {d: g for d, g in rel.items() if d in stored} for q, rel in qrels.items()}
+    return {d: row for d, row in corpus.items() if d in stored}, {q: rel for q, rel in qrels.items()
+                                                                   if any(g > 0 for g in rel.values())}
+
+
+def _eval(corpus, queries, qrels, folder: Path, work: Path, config, data_dir, namespace, max_queries, modes,
+          ingest=True) -> dict:
     data_dir = Path(data_dir) if data_dir else work / "data"
     namespace = namespace or "eval-" + "".join(c if c.isalnum() else "-" for c in folder.name)[:40]
     paths = _write_corpus(corpus, work / "corpus")
     started = time.perf_counter()
-    summary = api.ingest([work / "corpus"], namespace, config, data_dir)
+    subset = None
+    if ingest:
+        summary = api.ingest([work / "corpus"], namespace, config, data_dir)
+        chunks = summary["store"]["count"]
+    else:
+        full = len(corpus)
+        corpus, qrels = _stored_subset(corpus, qrels, paths, data_dir, namespace)
+        subset = {"documents": len(corpus), "of_documents": full}
+        chunks = api.stats(namespace, config, data_dir)["chunks"]
     ingest_s = time.perf_counter() - started
     labelled = [q for q in queries if q in qrels][: max_queries or None]
+    searcher = Searcher(api._config(config, data_dir), namespace)  # opened once for every query and mode
+    runs = [_run_mode(searcher, mode, queries, labelled, qrels, paths) for mode in modes]
+    return {"dataset": str(folder), "namespace": namespace, "documents": len(corpus), "queries": len(labelled),
+            "chunks": chunks, "subset": subset, "mode": runs[0]["mode"], "metrics": runs[0]["metrics"],
+            "ingest_s": round(ingest_s, 2), "search_ms_per_query": runs[0]["search_ms_per_query"], "runs": runs}
+
+
+def _run_mode(searcher: Searcher, mode: str, queries, labelled: list[str], qrels, paths: dict[str, str]) -> dict:
+    """Chunk hits collapse to their best-ranked document; deeper lists for hybrid so Recall@100 is meaningful."""
+    settings = searcher.config.search
+    if mode in ("hybrid", "rerank"):  # fusion reads as many candidates from each input as the list is deep
+        searcher.config = searcher.config.model_copy(update={"search": settings.model_copy(
+            update={"candidates": max(settings.candidates, SEARCH_DEPTH)})})
     rankings: dict[str, list[str]] = {}
     started = time.perf_counter()
-    for query_id in labelled:
-        hits = api.search(queries[query_id], namespace, SEARCH_DEPTH, -1.0, config, data_dir)
-        ranked: list[str] = []
-        for hit in hits:
-            doc = paths.get(hit.source_path)
-            if doc is not None and doc not in ranked:
-                ranked.append(doc)
-        rankings[query_id] = ranked
+    try:
+        for query_id in labelled:
+            hits = searcher.search(queries[query_id], mode=mode, limit=SEARCH_DEPTH, min_score=-1e9)
+            ranked: list[str] = []
+            for hit in hits:
+                doc = paths.get(hit.source_path)
+                if doc is not None and doc not in ranked:
+                    ranked.append(doc)
+            rankings[query_id] = ranked
+    finally:
+        searcher.config = searcher.config.model_copy(update={"search": settings})
     search_s = time.perf_counter() - started
-    scores = score_run(rankings, {q: qrels[q] for q in labelled})
-    return {"dataset": str(folder), "namespace": namespace, "documents": len(corpus), "queries": len(labelled),
-            "chunks": summary["store"]["count"], "mode": "vector", "metrics": scores,
-            "ingest_s": round(ingest_s, 2), "search_ms_per_query": round(1000 * search_s / max(len(labelled), 1), 2)}
+    return {"mode": mode, "metrics": score_run(rankings, {q: qrels[q] for q in labelled}),
+            "search_ms_per_query": round(1000 * search_s / max(len(labelled), 1), 2)}

@@ -12,6 +12,7 @@ from kbflow.config import ChunkConfig
 from kbflow.convert import converter_fingerprint
 from kbflow.errors import ConfigError, DeletionGuardError
 from kbflow.scan import SourceFile
+from kbflow.search.tokens import tokens_text
 from kbflow.schemas import CHUNKS, FAILURES, MANIFEST, PLAN, SECTIONS, store_schema
 from kbflow.split import Block, split_markdown
 from kbflow.tokens import TokenCounter
@@ -171,6 +172,7 @@ def store_rows(chunks: pa.Table, source_paths: dict[str, str], vectors: dict[str
     columns = {name: chunks.column(name) for name in ("chunk_id", "doc_id", "ordinal", "heading_path", "text",
                                                         "char_start", "char_end", "n_tokens", "embed_sha256")}
     columns["source_path"] = pa.array([source_paths[d] for d in chunks.column("doc_id").to_pylist()], pa.string())
+    columns["text_tokens"] = pa.array([tokens_text(t) for t in chunks.column("text").to_pylist()], pa.large_string())
     columns["vector"] = pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1), pa.float32()), dimension)
     schema = store_schema(dimension)
     return pa.table([columns[name] for name in schema.names], schema=schema)

@@ -109,6 +109,7 @@ def store_schema(dim: int) -> pa.Schema:
             ("ordinal", pa.int32()),
             ("heading_path", pa.list_(pa.string())),
             ("text", pa.large_string()),
+            ("text_tokens", pa.large_string()),  # BM25 words of text, space-joined (kbflow.search.tokens)
             ("char_start", pa.int64()),
             ("char_end", pa.int64()),
             ("n_tokens", pa.int32()),

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 KBFLOW = [sys.executable, "-m", "kbflow.cli"]
-COMMANDS = ["ingest", "search", "stats", "add-text", "clear", "verify", "eval", "bench", "convert", "serve",
-            "prune"]
+COMMANDS = ["ingest", "search", "ask", "stats", "add-text", "clear", "verify", "eval", "bench", "convert",
+            "serve", "prune"]
 README = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
 
 

@@ -51,7 +51,7 @@ def rows_for(doc_id, texts, dim=4):
     vectors = np.random.default_rng(0).random((len(texts), dim)).astype(np.float32) + 0.1
     return pa.Table.from_pylist([{
         "chunk_id": ids(doc_id, len(texts))[i], "doc_id": doc_id, "source_path": f"{doc_id}.md", "ordinal": i,
-        "heading_path": ["H"], "text": text, "char_start": 0, "char_end": len(text), "n_tokens": 3,
+        "heading_path": ["H"], "text": text, "text_tokens": text.lower(), "char_start": 0, "char_end": len(text), "n_tokens": 3,
         "embed_sha256": f"sha-{text}", "vector": vectors[i].tolist(),
     } for i, text in enumerate(texts)], schema=store_schema(dim))
 

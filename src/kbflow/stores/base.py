@@ -30,6 +30,22 @@ class Hit:
         }
 
 
+@dataclass(frozen=True)
+class SearchFilter:
+    """Restrict a search to some chunks. Every set field must hold (AND); an empty filter matches everything.
+
+    ``source_glob`` is an fnmatch pattern over the stored source path ('docs/*.md': ``*`` also crosses '/');
+    ``heading_prefix`` matches chunks whose heading path starts with these headings; ``doc_ids`` lists documents.
+    """
+
+    source_glob: str | None = None
+    heading_prefix: tuple[str, ...] = ()
+    doc_ids: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.source_glob or self.heading_prefix or self.doc_ids)
+
+
 class Store(Protocol):
     namespace: str
     dimension: int
@@ -39,8 +55,23 @@ class Store(Protocol):
 
     def delete_documents(self, doc_ids: list[str]) -> int: ...
 
-    def search_vector(self, vector: np.ndarray, limit: int) -> list[Hit]:
-        """Nearest chunks by cosine similarity, best first; ``Hit.score`` is the similarity (1 = same direction)."""
+    def upsert(self, rows: pa.Table) -> None:
+        """Insert or overwrite rows by chunk id; other rows stay."""
+
+    def search_vector(self, vector: np.ndarray, limit: int, where: SearchFilter | None = None,
+                      exact: bool = False) -> list[Hit]:
+        """Nearest chunks by cosine similarity, best first; ``Hit.score`` is the similarity (1 = same direction).
+
+        ``exact`` bypasses any approximate index (ground truth for recall measurements)."""
+
+    def search_text(self, query_words: list[str], limit: int, where: SearchFilter | None = None) -> list[Hit]:
+        """BM25 over the chunks' ``text_tokens``, best first; ``Hit.score`` is the BM25 score (0 = no term matched)."""
+
+    def stats(self) -> dict:
+        """rows, documents, bytes on disk and index state."""
+
+    def refresh_indexes(self) -> dict:
+        """Build or update the indexes the table's size calls for; returns what was done."""
 
     def rows(self, columns: list[str] | None = None) -> pa.Table:
         """Every row sorted by chunk id (verification and tests)."""

@@ -17,7 +17,10 @@ def open_store(config: KbConfig, namespace: str, dimension: int):
         from kbflow.stores.qdrant_store import QdrantStore
 
         location = config.store.qdrant_location or str(Path(config.data_dir) / "qdrant")
-        return QdrantStore(location, namespace, dimension, config.store.qdrant_api_key_env)
+        return QdrantStore(location, namespace, dimension, config.store.qdrant_api_key_env,
+                           config.search.bm25_k1, config.search.bm25_b, config.search.bm25_avg_len)
     from kbflow.stores.lancedb_store import LanceStore
 
-    return LanceStore(store_uri(config), namespace, dimension)
+    search = config.search
+    return LanceStore(store_uri(config), namespace, dimension, search.vector_index_min_rows, search.vector_index_type,
+                      search.ann_nprobes, search.ann_ef)

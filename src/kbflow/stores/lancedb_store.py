@@ -1,4 +1,11 @@
-"""LanceDB, embedded under the data dir: one table per namespace, cosine distance on normalised vectors."""
+"""LanceDB, embedded under the data dir: one table per namespace, cosine distance on normalised vectors.
+
+Indexes follow the table's size (``refresh_indexes``, called after every write): a full-text index over
+``text_tokens`` from the first row (BM25), an ANN vector index once the table holds ``vector_index_min_rows``
+rows (below that an exact scan is fast enough, see docs/bench/search.json), and both are brought up to date
+when the rows written since their last build exceed ``INDEX_STALE_FRACTION`` of the table. Rows not yet in an
+index are still searched (exactly), so a stale index costs time, never results.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +15,14 @@ import lancedb
 import numpy as np
 import pyarrow as pa
 
+from kbflow.errors import ConfigError
 from kbflow.schemas import store_schema
-from kbflow.stores.base import Hit
+from kbflow.stores.base import Hit, SearchFilter
 
 IN_LIST_MAX = 500  # ids per IN (...) filter, to keep filter strings bounded
+HIT_COLUMNS = ["chunk_id", "doc_id", "source_path", "heading_path", "text"]
+INDEX_STALE_FRACTION = 0.1
+FTS_COLUMN = "text_tokens"
 
 
 def open_table_or_none(db, name: str):
@@ -22,33 +33,83 @@ def open_table_or_none(db, name: str):
         return None
 
 
+def sql_str(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
 def sql_list(values: list[str]) -> str:
-    return ", ".join("'" + value.replace("'", "''") + "'" for value in values)
+    return ", ".join(sql_str(value) for value in values)
+
+
+def glob_to_like(pattern: str) -> str:
+    """fnmatch's ``*`` and ``?`` as SQL LIKE's ``%`` and ``_``, with LIKE's own wildcards escaped ('[...]' classes
+    are not supported and are refused by the caller)."""
+    escaped = pattern.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return escaped.replace("*", "%").replace("?", "_")
+
+
+def where_sql(where: SearchFilter | None) -> str | None:
+    if not where:
+        return None
+    clauses = []
+    if where.source_glob:
+        if "[" in where.source_glob:
+            raise ConfigError(f"source glob {where.source_glob!r}: '[...]' classes are not supported; use * and ?")
+        clauses.append(f"source_path LIKE {sql_str(glob_to_like(where.source_glob))} ESCAPE '\\'")
+    if where.heading_prefix:
+        clauses.append(f"array_length(heading_path) >= {len(where.heading_prefix)}")
+        clauses += [f"heading_path[{i}] = {sql_str(h)}" for i, h in enumerate(where.heading_prefix, 1)]
+    if where.doc_ids:
+        if len(where.doc_ids) > IN_LIST_MAX:
+            raise ValueError(f"a filter takes at most {IN_LIST_MAX} document ids, got {len(where.doc_ids)}")
+        clauses.append(f"doc_id IN ({sql_list(list(where.doc_ids))})")
+    return " AND ".join(clauses)
 
 
 class LanceStore:
-    def __init__(self, uri: str | Path, namespace: str, dimension: int):
+    def __init__(self, uri: str | Path, namespace: str, dimension: int, vector_index_min_rows: int = 10_000,
+                 vector_index_type: str = "IVF_HNSW_SQ", ann_nprobes: int = 20, ann_ef: int = 64,
+                 ann_refine_factor: int | None = None):
         self.uri = str(uri)
         self.namespace = namespace
         self.dimension = dimension
         self.table_name = f"chunks_{namespace}"
+        self.vector_index_min_rows = vector_index_min_rows
+        self.vector_index_type = vector_index_type
+        self.ann_nprobes = ann_nprobes
+        self.ann_ef = ann_ef
+        self.ann_refine_factor = ann_refine_factor
         Path(self.uri).mkdir(parents=True, exist_ok=True)
         self._db = lancedb.connect(self.uri)
         self._table = None
+        self._fts_ready = False
 
     @property
     def table(self):
         if self._table is None:
             self._table = self._db.create_table(self.table_name, schema=store_schema(self.dimension), exist_ok=True)
+            missing = set(store_schema(self.dimension).names) - set(self._table.schema.names)
+            if missing:
+                raise ValueError(
+                    f"LanceDB table {self.table_name!r} in {self.uri} lacks columns {sorted(missing)} (written by an "
+                    f"older kbflow); run `kbflow clear --namespace {self.namespace} --yes` and ingest again")
         return self._table
 
     def exists(self) -> bool:
-        if self._table is None:
-            self._table = open_table_or_none(self._db, self.table_name)
+        if self._table is None and open_table_or_none(self._db, self.table_name) is not None:
+            return self.table is not None
         return self._table is not None
 
+    def _cast(self, rows: pa.Table) -> pa.Table:
+        schema = store_schema(self.dimension)
+        return rows.select(schema.names).cast(schema)
+
+    def upsert(self, rows: pa.Table) -> None:
+        self.table.merge_insert("chunk_id").when_matched_update_all().when_not_matched_insert_all().execute(
+            self._cast(rows))
+        self.refresh_indexes()
+
     def replace_documents(self, doc_ids: list[str], rows: pa.Table) -> None:
-        rows = rows.select(store_schema(self.dimension).names).cast(store_schema(self.dimension))
         if len(doc_ids) > IN_LIST_MAX:
             raise ValueError(f"replace_documents takes at most {IN_LIST_MAX} documents per call, got {len(doc_ids)}")
         (
@@ -56,8 +117,9 @@ class LanceStore:
             .when_matched_update_all()
             .when_not_matched_insert_all()
             .when_not_matched_by_source_delete(f"doc_id IN ({sql_list(doc_ids)})")
-            .execute(rows)
+            .execute(self._cast(rows))
         )
+        self.refresh_indexes()
 
     def delete_documents(self, doc_ids: list[str]) -> int:
         if not doc_ids or not self.exists():
@@ -67,18 +129,89 @@ class LanceStore:
             self.table.delete(f"doc_id IN ({sql_list(doc_ids[start:start + IN_LIST_MAX])})")
         return before - self.table.count_rows()
 
-    def search_vector(self, vector: np.ndarray, limit: int) -> list[Hit]:
+    # --- indexes -------------------------------------------------------------------------------------------
+    def _indexes(self) -> dict[str, object]:
+        """Index config by indexed column."""
+        return {config.columns[0]: config for config in self.table.list_indices()}
+
+    def refresh_indexes(self, force_vector: bool = False) -> dict:
+        """Create the full-text index, the vector index when the table is big enough, and update stale ones."""
+        done: dict[str, str] = {}
+        if not self.exists():
+            return done
+        rows = self.table.count_rows()
+        if rows == 0:
+            return done
+        indexes = self._indexes()
+        if FTS_COLUMN not in indexes:
+            # whitespace: text_tokens already holds jieba words, lower-cased; no stemming, so Qdrant's BM25 matches
+            self.table.create_fts_index(FTS_COLUMN, base_tokenizer="whitespace", lower_case=False, stem=False,
+                                        remove_stop_words=False, ascii_folding=False, with_position=False,
+                                        max_token_length=None, replace=True)
+            done[FTS_COLUMN] = "created"
+        if "vector" not in indexes and (rows >= self.vector_index_min_rows or force_vector):
+            self.table.create_index(metric="cosine", vector_column_name="vector", index_type=self.vector_index_type,
+                                    replace=True)
+            done["vector"] = f"created {self.vector_index_type}"
+        stale = [name for name, config in indexes.items() if name not in done
+                 and self.table.index_stats(config.name).num_unindexed_rows > INDEX_STALE_FRACTION * rows]
+        if stale:
+            self.table.optimize()  # folds new rows into every index (and compacts small fragments)
+            done.update({name: "updated" for name in stale})
+        return done
+
+    # --- search --------------------------------------------------------------------------------------------
+    def _hits(self, query, score) -> list[Hit]:
+        rows = query.to_arrow().to_pylist()
+        return [Hit(r["chunk_id"], r["doc_id"], r["source_path"], r["heading_path"] or [], score(r), r["text"])
+                for r in rows]
+
+    def search_vector(self, vector: np.ndarray, limit: int, where: SearchFilter | None = None,
+                      exact: bool = False) -> list[Hit]:
         if not self.exists():
             return []
-        query = self.table.search(np.asarray(vector, dtype=np.float32)).distance_type("cosine").limit(limit)
-        rows = query.select(["chunk_id", "doc_id", "source_path", "heading_path", "text", "_distance"]).to_arrow().to_pylist()
-        return [
-            Hit(row["chunk_id"], row["doc_id"], row["source_path"], row["heading_path"] or [], 1.0 - row["_distance"], row["text"])
-            for row in rows
-        ]
+        query = self.table.search(np.asarray(vector, dtype=np.float32), vector_column_name="vector")
+        query = query.distance_type("cosine").limit(limit).select(HIT_COLUMNS + ["_distance"])
+        if exact:
+            query = query.bypass_vector_index()
+        elif "IVF" in self.vector_index_type:
+            query = query.nprobes(self.ann_nprobes).ef(self.ann_ef)
+            if self.ann_refine_factor:
+                query = query.refine_factor(self.ann_refine_factor)
+        sql = where_sql(where)
+        if sql:
+            query = query.where(sql, prefilter=True)
+        return self._hits(query, lambda r: 1.0 - r["_distance"])
 
+    def search_text(self, query_words: list[str], limit: int, where: SearchFilter | None = None) -> list[Hit]:
+        if not self.exists() or not query_words:
+            return []
+        if not self._fts_ready:  # a table written by an older kbflow, or by hand: index it once, here
+            if FTS_COLUMN not in self._indexes():
+                self.refresh_indexes()
+            self._fts_ready = True
+        query = self.table.search(" ".join(query_words), query_type="fts", fts_columns=FTS_COLUMN)
+        query = query.limit(limit).select(HIT_COLUMNS + ["_score"])
+        sql = where_sql(where)
+        if sql:
+            query = query.where(sql, prefilter=True)
+        return self._hits(query, lambda r: r["_score"])
+
+    # --- inspection ----------------------------------------------------------------------------------------
     def count(self) -> int:
         return self.table.count_rows() if self.exists() else 0
+
+    def stats(self) -> dict:
+        if not self.exists():
+            return {"rows": 0, "documents": 0, "bytes": 0, "indexes": {}}
+        docs = self.table.search().select(["doc_id"]).limit(None).to_arrow().column("doc_id")
+        indexes = {}
+        for column, config in self._indexes().items():
+            index_stats = self.table.index_stats(config.name)
+            indexes[column] = {"type": index_stats.index_type, "indexed_rows": index_stats.num_indexed_rows,
+                               "unindexed_rows": index_stats.num_unindexed_rows}
+        return {"rows": self.count(), "documents": len(pa.compute.unique(docs)), "bytes": self.size_bytes(),
+                "indexes": indexes}
 
     def chunk_ids(self) -> pa.Table:
         if not self.exists():
@@ -101,3 +234,4 @@ class LanceStore:
         if self.exists():
             self._db.drop_table(self.table_name)
         self._table = None
+        self._fts_ready = False

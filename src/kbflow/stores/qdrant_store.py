@@ -4,25 +4,40 @@ One collection per namespace, cosine distance. Point ids are the chunk ids read 
 overwrites instead of duplicating. Qdrant has no multi-operation transaction: a document is replaced by
 upserting its new chunks first, then deleting its chunks that are no longer there, so a search in between sees
 old and new chunks side by side but never an empty document.
+
+BM25 is Qdrant's own: each chunk carries a sparse vector ``bm25`` whose indices are its words (hashed to 32
+bits) and whose values are BM25's term-frequency part, tf·(k1+1) / (tf + k1·(1 − b + b·len/avg_len)); the
+collection's ``Modifier.IDF`` multiplies in each word's inverse document frequency at query time, computed by
+Qdrant over the live collection. ``avg_len`` is a fixed setting (Qdrant cannot know the mean length at write
+time; its own fastembed BM25 does the same), so scores differ slightly from LanceDB's, rankings barely.
+
+Filters: ``doc_id`` and ``source_path`` are keyword payloads; a heading prefix matches a keyword list
+``heading_prefixes`` (every prefix of the heading path, joined by U+001F); a source glob is resolved against the
+distinct stored source paths and sent as a ``MatchAny``. Local mode searches exactly (no HNSW).
 """
 
 from __future__ import annotations
 
 import atexit
+import fnmatch
+import hashlib
 import os
 import uuid
+from collections import Counter
 
 import numpy as np
 import pyarrow as pa
 
 from kbflow.errors import ConfigError
 from kbflow.schemas import store_schema
-from kbflow.stores.base import Hit
+from kbflow.stores.base import Hit, SearchFilter
 
-PAYLOAD = ("chunk_id", "doc_id", "source_path", "ordinal", "heading_path", "text", "char_start", "char_end",
+PAYLOAD = ("chunk_id", "doc_id", "source_path", "ordinal", "heading_path", "text", "text_tokens", "char_start", "char_end",
            "n_tokens", "embed_sha256")
 UPSERT_BATCH = 256
 SCROLL_PAGE = 1024
+SPARSE = "bm25"
+HEADING_SEP = "\x1f"
 
 _clients: dict[str, object] = {}
 
@@ -49,6 +64,25 @@ def _client(location: str, api_key_env: str):
     return _clients[location]
 
 
+def word_index(word: str) -> int:
+    """A word's sparse-vector index: the first 4 bytes of its blake2b hash (collisions ~1 in 4 billion per pair)."""
+    return int.from_bytes(hashlib.blake2b(word.encode("utf-8"), digest_size=4).digest(), "little")
+
+
+def bm25_document_vector(words: list[str], k1: float, b: float, avg_len: float) -> tuple[list[int], list[float]]:
+    counts = Counter(words)
+    norm = k1 * (1 - b + b * len(words) / avg_len)
+    merged: dict[int, float] = {}
+    for word, tf in counts.items():
+        index = word_index(word)
+        merged[index] = merged.get(index, 0.0) + tf * (k1 + 1) / (tf + norm)
+    return list(merged), list(merged.values())
+
+
+def heading_prefixes(heading_path: list[str]) -> list[str]:
+    return [HEADING_SEP.join(heading_path[:n]) for n in range(1, len(heading_path) + 1)]
+
+
 def point_id(chunk_id: str) -> str:
     try:
         return str(uuid.UUID(hex=chunk_id))
@@ -57,10 +91,13 @@ def point_id(chunk_id: str) -> str:
 
 
 class QdrantStore:
-    def __init__(self, location: str, namespace: str, dimension: int, api_key_env: str = "QDRANT_API_KEY"):
+    def __init__(self, location: str, namespace: str, dimension: int, api_key_env: str = "QDRANT_API_KEY",
+                 bm25_k1: float = 1.2, bm25_b: float = 0.75, bm25_avg_len: float = 120.0):
         from qdrant_client import models
 
         self.models = models
+        self.bm25 = (bm25_k1, bm25_b, bm25_avg_len)
+        self._source_paths: list[str] | None = None  # distinct source paths, for glob filters; reset by writes
         self.location = location
         self.api_key_env = api_key_env  # the variable's name, never the key (see kbflow.portable)
         self.namespace = namespace
@@ -73,31 +110,51 @@ class QdrantStore:
 
     def _ensure(self) -> None:
         if self.exists():
-            size = self.client.get_collection(self.collection).config.params.vectors.size
+            params = self.client.get_collection(self.collection).config.params
+            size = params.vectors.size if hasattr(params.vectors, "size") else params.vectors[""].size
             if size != self.dimension:
                 raise ConfigError(f"Qdrant collection {self.collection!r} holds {size}-d vectors, not {self.dimension}")
+            if SPARSE not in (params.sparse_vectors or {}):
+                raise ConfigError(f"Qdrant collection {self.collection!r} has no '{SPARSE}' sparse vectors (written by "
+                                  f"an older kbflow); run `kbflow clear --namespace {self.namespace} --yes` and ingest again")
             return
         models = self.models
         self.client.create_collection(
-            self.collection, vectors_config=models.VectorParams(size=self.dimension, distance=models.Distance.COSINE))
+            self.collection, vectors_config=models.VectorParams(size=self.dimension, distance=models.Distance.COSINE),
+            sparse_vectors_config={SPARSE: models.SparseVectorParams(modifier=models.Modifier.IDF)})
         if self.location.startswith(("http://", "https://")):  # local mode ignores payload indexes
-            for field in ("doc_id", "source_path"):
+            for field in ("doc_id", "source_path", "heading_prefixes"):
                 self.client.create_payload_index(self.collection, field, models.PayloadSchemaType.KEYWORD)
 
     def _doc_filter(self, doc_ids: list[str]):
         models = self.models
         return models.Filter(must=[models.FieldCondition(key="doc_id", match=models.MatchAny(any=list(doc_ids)))])
 
-    def replace_documents(self, doc_ids: list[str], rows: pa.Table) -> None:
+    def _point(self, point: str, record: dict):
+        models = self.models
+        indices, values = bm25_document_vector((record["text_tokens"] or "").split(), *self.bm25)
+        payload = {key: record[key] for key in PAYLOAD}
+        payload["heading_prefixes"] = heading_prefixes(record["heading_path"] or [])
+        return models.PointStruct(id=point, payload=payload, vector={
+            "": list(record["vector"]), SPARSE: models.SparseVector(indices=indices, values=values)})
+
+    def upsert(self, rows: pa.Table) -> list[str]:
+        """Insert or overwrite rows by chunk id; returns their point ids."""
         self._ensure()
-        rows = rows.select(store_schema(self.dimension).names).cast(store_schema(self.dimension))
-        records = rows.to_pylist()
+        self._source_paths = None
+        records = rows.select(store_schema(self.dimension).names).cast(store_schema(self.dimension)).to_pylist()
         ids = [point_id(record["chunk_id"]) for record in records]
         for start in range(0, len(records), UPSERT_BATCH):
-            points = [self.models.PointStruct(id=ids[i], vector=list(records[i]["vector"]),
-                                              payload={key: records[i][key] for key in PAYLOAD})
-                      for i in range(start, min(start + UPSERT_BATCH, len(records)))]
+            points = [self._point(ids[i], records[i]) for i in range(start, min(start + UPSERT_BATCH, len(records)))]
             self.client.upsert(self.collection, points=points, wait=True)
+        return ids
+
+    def refresh_indexes(self, force_vector: bool = False) -> dict:
+        """Nothing to do: a Qdrant server maintains its HNSW and sparse indexes itself; local mode has none."""
+        return {}
+
+    def replace_documents(self, doc_ids: list[str], rows: pa.Table) -> None:
+        ids = self.upsert(rows)
         stale = self._doc_filter(doc_ids)
         if ids:
             stale.must_not = [self.models.HasIdCondition(has_id=ids)]
@@ -106,27 +163,70 @@ class QdrantStore:
     def delete_documents(self, doc_ids: list[str]) -> int:
         if not doc_ids or not self.exists():
             return 0
+        self._source_paths = None
         doomed = self.client.count(self.collection, count_filter=self._doc_filter(doc_ids), exact=True).count
         self.client.delete(self.collection, points_selector=self.models.FilterSelector(
             filter=self._doc_filter(doc_ids)), wait=True)
         return doomed
 
-    def search_vector(self, vector: np.ndarray, limit: int) -> list[Hit]:
+    def _filter(self, where: SearchFilter | None):
+        """The Qdrant filter, or False when the filter can match nothing (a glob matching no source path)."""
+        if not where:
+            return None
+        models = self.models
+        must = []
+        if where.source_glob:
+            if self._source_paths is None:
+                self._source_paths = sorted({r.payload["source_path"] for r in self._scroll(False, ["source_path"])})
+            matched = [path for path in self._source_paths if fnmatch.fnmatchcase(path, where.source_glob)]
+            if not matched:
+                return False
+            must.append(models.FieldCondition(key="source_path", match=models.MatchAny(any=matched)))
+        if where.heading_prefix:
+            must.append(models.FieldCondition(key="heading_prefixes", match=models.MatchValue(
+                value=HEADING_SEP.join(where.heading_prefix))))
+        if where.doc_ids:
+            must.append(models.FieldCondition(key="doc_id", match=models.MatchAny(any=list(where.doc_ids))))
+        return models.Filter(must=must)
+
+    def _query(self, query, using: str | None, limit: int, where: SearchFilter | None, params=None) -> list[Hit]:
         if not self.exists():
             return []
-        response = self.client.query_points(self.collection, query=np.asarray(vector, dtype=np.float32).tolist(),
-                                            limit=limit, with_payload=True)
+        query_filter = self._filter(where)
+        if query_filter is False:
+            return []
+        response = self.client.query_points(self.collection, query=query, using=using, limit=limit,
+                                            query_filter=query_filter, with_payload=list(PAYLOAD[:6]), search_params=params)
         return [Hit(p.payload["chunk_id"], p.payload["doc_id"], p.payload["source_path"],
                     p.payload.get("heading_path") or [], float(p.score), p.payload["text"]) for p in response.points]
+
+    def search_vector(self, vector: np.ndarray, limit: int, where: SearchFilter | None = None,
+                      exact: bool = False) -> list[Hit]:
+        server = self.location.startswith(("http://", "https://"))  # local mode is always exact
+        params = self.models.SearchParams(exact=True) if exact and server else None
+        return self._query(np.asarray(vector, dtype=np.float32).tolist(), None, limit, where, params)
+
+    def search_text(self, query_words: list[str], limit: int, where: SearchFilter | None = None) -> list[Hit]:
+        indices = sorted({word_index(word) for word in query_words})
+        if not indices:
+            return []
+        query = self.models.SparseVector(indices=indices, values=[1.0] * len(indices))
+        return self._query(query, SPARSE, limit, where)
 
     def count(self) -> int:
         return self.client.count(self.collection, exact=True).count if self.exists() else 0
 
-    def _scroll(self, with_vectors: bool):
+    def stats(self) -> dict:
+        docs = {r.payload["doc_id"] for r in self._scroll(False, ["doc_id"])}
+        kind = "exact (local mode)" if not self.location.startswith(("http://", "https://")) else "HNSW (server)"
+        return {"rows": self.count(), "documents": len(docs), "bytes": self.size_bytes(),
+                "indexes": {"vector": {"type": kind}, SPARSE: {"type": "sparse, IDF modifier"}} if self.exists() else {}}
+
+    def _scroll(self, with_vectors, payload=True):
         offset = None
         while self.exists():
             records, offset = self.client.scroll(self.collection, limit=SCROLL_PAGE, offset=offset,
-                                                 with_payload=True, with_vectors=with_vectors)
+                                                 with_payload=payload, with_vectors=with_vectors)
             yield from records
             if offset is None:
                 break
@@ -138,7 +238,7 @@ class QdrantStore:
 
     def rows(self, columns: list[str] | None = None) -> pa.Table:
         schema = store_schema(self.dimension)
-        records = [{**r.payload, "vector": r.vector} for r in self._scroll(True)]
+        records = [{**{key: r.payload[key] for key in PAYLOAD}, "vector": r.vector[""]} for r in self._scroll([""])]
         table = pa.Table.from_pylist(records, schema=schema).sort_by("chunk_id")
         return table.select(columns) if columns else table
 

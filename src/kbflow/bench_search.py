@@ -1,0 +1,250 @@
+"""`kbflow bench search`: index build time, query latency (p50/p95/p99, QPS) per mode and store, and ANN
+recall@10 against exact search, at several table sizes.
+
+What is measured, honestly:
+* Texts are real chunks of a real corpus (default: the Python 3.11 manual), converted, split and chunked by
+  kbflow's own stages; a table bigger than the corpus cycles through its chunks again (BM25 then sees duplicates).
+* Vectors: the first ``real_vectors`` chunks get their real vectors from the configured model, read from
+  kbflow's vector cache when an ingest of the same corpus left them there, embedded otherwise (all-MiniLM-L6-v2:
+  ~6-10 chunks/s on the 2 shared cores, so 100k real vectors would take hours). Every other row gets a synthetic vector drawn
+  around a random real one: normalise(real + N(0, σ²/d)), σ = ``SYNTH_SIGMA``; queries are drawn the same way
+  around real vectors, so the table keeps the real vectors' cluster structure. Query embedding time is not in
+  the latencies (it is measured apart, ``query_embed_ms``).
+* Latency: one query at a time, in-process, after a warm-up, the store opened once (as ``Searcher`` does).
+* Qdrant runs in local mode (``:memory:``): exact brute force in numpy and a Python sparse-vector scan; its
+  numbers say what local mode costs, not what a Qdrant server with HNSW would do.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from kbflow.bench import _corpus_dir
+from kbflow.config import load_config
+from kbflow.embed import get_embedder
+from kbflow.errors import ConfigError
+from kbflow.schemas import store_schema
+from kbflow.search import fusion
+from kbflow.search.tokens import tokens_text, words
+
+SYNTH_SIGMA = 0.5
+MODES = ("vector", "vector_exact", "bm25", "hybrid")
+
+
+def corpus_chunks(corpus: Path, work: Path, config) -> pa.Table:
+    """Chunks (text, embed_sha256, embed text) of the corpus through kbflow's own convert/split/chunk stages,
+    cached in the work dir."""
+    cached = work / "chunks.parquet"
+    if cached.exists():
+        return pq.read_table(cached)
+    from kbflow.chunk import chunker_fingerprint
+    from kbflow.convert import convert_batch
+    from kbflow.pipeline import chunk_documents, resolve_chunk_tokens, split_documents
+    from kbflow.scan import scan
+
+    source = _corpus_dir(corpus, work / "corpus")
+    files = scan([source], "bench", config.convert.include, config.convert.exclude)
+    files = [f for f in files if f.source_path.endswith((".html", ".htm", ".md", ".txt"))]
+    embedder = get_embedder(config.embedder)
+    counter = embedder.token_counter()
+    tokens = resolve_chunk_tokens(config.chunking, embedder.max_tokens, embedder.model_id)
+    parts = []
+    for start in range(0, len(files), 100):
+        documents = convert_batch(files[start:start + 100])
+        sections = split_documents(documents)
+        chunks = chunk_documents(documents, sections, counter, tokens, config.chunking,
+                                 chunker_fingerprint(counter, tokens, config.chunking.overlap_tokens,
+                                                     config.chunking.heading_prefix))
+        prefixed = [p + t for p, t in zip(chunks.column("embed_prefix").to_pylist(), chunks.column("text").to_pylist())]
+        parts.append(pa.table({"text": chunks.column("text"), "embed_sha256": chunks.column("embed_sha256"),
+                               "embed_text": pa.array(prefixed, pa.large_string())}))
+    table = pa.concat_tables(parts)
+    pq.write_table(table, cached)
+    return table
+
+
+def real_vectors(chunks: pa.Table, n: int, config) -> tuple[np.ndarray, float]:
+    """Vectors of the first ``n`` chunks by the configured model: from kbflow's vector cache where an ingest of
+    the same corpus left them, embedded (and cached) otherwise; and one query's embed time in ms."""
+    from kbflow.embed.cache import VectorCache
+    from kbflow.stores.factory import store_uri
+
+    embedder = get_embedder(config.embedder)
+    cache = VectorCache(store_uri(config), embedder.model_id, embedder.dimension)
+    keys = chunks.column("embed_sha256").to_pylist()[:n]
+    found = cache.lookup(keys)
+    missing = sorted({key for key in keys if key not in found})
+    if missing:
+        by_key = dict(zip(keys, chunks.column("embed_text").to_pylist()[:n]))
+        vectors = embedder.embed_documents([by_key[key] for key in missing])
+        cache.add(missing, vectors)
+        found.update(zip(missing, vectors))
+    texts = chunks.column("text").to_pylist()
+    started = time.perf_counter()
+    for text in texts[n:n + 20] or texts[:20]:
+        embedder.embed_query(text[:200])
+    return np.stack([found[key] for key in keys]).astype(np.float32), 1000 * (time.perf_counter() - started) / 20
+
+
+def synthetic_around(real: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
+    base = real[rng.integers(0, len(real), count)]
+    noisy = base + rng.normal(0, SYNTH_SIGMA / np.sqrt(real.shape[1]), base.shape).astype(np.float32)
+    return (noisy / np.linalg.norm(noisy, axis=1, keepdims=True)).astype(np.float32)
+
+
+def table_rows(texts: list[str], real: np.ndarray, size: int, rng) -> pa.Table:
+    n_real = min(len(real), size)
+    vectors = np.vstack([real[:n_real], synthetic_around(real, size - n_real, rng)]) if size > n_real else real[:size]
+    tokens_of = {}
+    rows_text = [texts[i % len(texts)] for i in range(size)]
+    dim = real.shape[1]
+    columns = {
+        "chunk_id": pa.array([f"{i:032x}" for i in range(size)]),
+        "doc_id": pa.array([f"doc{i // 20}" for i in range(size)]),
+        "source_path": pa.array([f"bench/{i // 20}.html" for i in range(size)]),
+        "ordinal": pa.array([i % 20 for i in range(size)], pa.int32()),
+        "heading_path": pa.array([[] for _ in range(size)], pa.list_(pa.string())),
+        "text": pa.array(rows_text, pa.large_string()),
+        "text_tokens": pa.array([tokens_of.setdefault(t, tokens_text(t)) for t in rows_text], pa.large_string()),
+        "char_start": pa.array([0] * size, pa.int64()), "char_end": pa.array([len(t) for t in rows_text], pa.int64()),
+        "n_tokens": pa.array([0] * size, pa.int32()), "embed_sha256": pa.array([""] * size),
+        "vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1), pa.float32()), dim),
+    }
+    schema = store_schema(dim)
+    return pa.table([columns[name] for name in schema.names], schema=schema)
+
+
+def percentiles(samples_ms: list[float]) -> dict:
+    values = np.asarray(samples_ms)
+    return {"p50_ms": round(float(np.percentile(values, 50)), 3), "p95_ms": round(float(np.percentile(values, 95)), 3),
+            "p99_ms": round(float(np.percentile(values, 99)), 3), "qps": round(1000 / float(values.mean()), 1),
+            "queries": len(values)}
+
+
+def time_queries(run, queries: list, warmup: int = 3) -> tuple[dict, list]:
+    for query in queries[:warmup]:
+        run(query)
+    samples, results = [], []
+    for query in queries:
+        started = time.perf_counter()
+        results.append(run(query))
+        samples.append(1000 * (time.perf_counter() - started))
+    return percentiles(samples), results
+
+
+def open_bench_store(kind: str, work: Path, size: int, dim: int, config):
+    if kind == "lancedb":
+        from kbflow.stores.lancedb_store import LanceStore
+
+        s = config.search
+        return LanceStore(work / f"lancedb-{size}", "bench", dim, vector_index_min_rows=10**12,
+                          vector_index_type=s.vector_index_type, ann_nprobes=s.ann_nprobes, ann_ef=s.ann_ef)
+    from kbflow.stores.qdrant_store import QdrantStore
+
+    return QdrantStore(":memory:", f"bench{size}", dim)
+
+
+def bench_store(kind: str, rows: pa.Table, queries: np.ndarray, query_words: list[list[str]], work: Path,
+                config, max_queries_slow: int) -> dict:
+    size, dim = rows.num_rows, queries.shape[1]
+    store = open_bench_store(kind, work, size, dim, config)
+    store.clear()
+    started = time.perf_counter()
+    for start in range(0, size, 10_000):  # a real ingest writes in batches too
+        store.upsert(rows.slice(start, 10_000))
+    load_s = time.perf_counter() - started
+    result = {"store": kind, "rows": size, "load_s": round(load_s, 2), "modes": {}}
+    n = len(queries)
+    if kind == "lancedb":  # exact scan before any vector index: what the index threshold is set against
+        result["modes"]["vector_exact"], exact = time_queries(lambda q: store.search_vector(q, 10, exact=True),
+                                                              list(queries))
+        started = time.perf_counter()
+        store.refresh_indexes(force_vector=True)
+        result["vector_index_build_s"] = round(time.perf_counter() - started, 2)
+        result["vector_index_type"] = config.search.vector_index_type
+    else:
+        n = min(n, max_queries_slow)  # local mode scans in Python: fewer queries
+        result["modes"]["vector_exact"], exact = time_queries(lambda q: store.search_vector(q, 10, exact=True),
+                                                              list(queries[:n]))
+    result["modes"]["vector"], ann = time_queries(lambda q: store.search_vector(q, 10), list(queries[:n]))
+    recalls = [len({h.chunk_id for h in a} & {h.chunk_id for h in e}) / max(len(e), 1) for a, e in zip(ann, exact)]
+    result["ann_recall@10"] = round(float(np.mean(recalls)), 4)
+    result["modes"]["bm25"], _ = time_queries(lambda w: store.search_text(w, 10), query_words[:n])
+    depth = config.search.candidates
+
+    def hybrid(i: int):
+        lists = {"vector": store.search_vector(queries[i], depth), "bm25": store.search_text(query_words[i], depth)}
+        return fusion.rrf(lists, config.search.rrf_k)[:10]
+
+    result["modes"]["hybrid"], _ = time_queries(hybrid, list(range(n)))
+    result["bytes"] = store.size_bytes()
+    store.clear()
+    return result
+
+
+def bench_search(corpus: Path, sizes: list[int], stores: list[str], n_real: int, n_queries: int, out_file: Path,
+                 work_dir: Path | None, config_path=None, max_queries_slow: int = 50) -> dict:
+    config = load_config(config_path)
+    work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="kbflow-bench-search-"))
+    work.mkdir(parents=True, exist_ok=True)
+    chunks = corpus_chunks(corpus, work, config)
+    texts = chunks.column("text").to_pylist()
+    if len(texts) < n_real:
+        raise ConfigError(f"the corpus gives {len(texts)} chunks, fewer than --real-vectors {n_real}")
+    real, query_embed_ms = real_vectors(chunks, n_real, config)
+    rng = np.random.default_rng(0)
+    queries = synthetic_around(real, n_queries, rng)
+    query_texts = [" ".join(texts[i].split()[:6]) for i in rng.integers(0, len(texts), n_queries)]
+    query_words = [words(text) for text in query_texts]
+    runs = []
+    for size in sizes:
+        rows = table_rows(texts, real, size, np.random.default_rng(size))
+        for kind in stores:
+            runs.append(bench_store(kind, rows, queries, query_words, work, config, max_queries_slow))
+            Path(out_file).parent.mkdir(parents=True, exist_ok=True)
+            partial = {"runs": runs}
+            Path(out_file).write_text(json.dumps(partial, indent=2), encoding="utf-8")
+    result = {"corpus": str(corpus), "corpus_chunks": len(texts), "real_vectors": n_real,
+              "synthetic_sigma": SYNTH_SIGMA, "model_id": get_embedder(config.embedder).model_id,
+              "query_embed_ms": round(query_embed_ms, 2), "queries": n_queries,
+              "candidates_per_input": config.search.candidates, "runs": runs}
+    result["plot"] = str(plot_search(result, Path(out_file).with_suffix(".png")))
+    Path(out_file).write_text(json.dumps(result, indent=2), encoding="utf-8")
+    return result
+
+
+def plot_search(result: dict, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (latency, recall) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [3, 1]})
+    labels, width = [], 0.2
+    runs = result["runs"]
+    for offset, mode in enumerate(MODES):
+        values = [run["modes"].get(mode, {}).get("p50_ms", 0) for run in runs]
+        errors = [run["modes"].get(mode, {}).get("p95_ms", 0) - v for run, v in zip(runs, values)]
+        latency.bar(np.arange(len(runs)) + offset * width, values, width, yerr=errors, capsize=2, label=mode)
+    labels = [f"{run['store']}\n{run['rows']:,}" for run in runs]
+    latency.set_xticks(np.arange(len(runs)) + 1.5 * width, labels, fontsize=8)
+    latency.set_yscale("log")
+    latency.set_ylabel("ms per query (p50, bar to p95)")
+    latency.legend(fontsize=8)
+    latency.set_title("search latency")
+    recall.bar(labels, [run["ann_recall@10"] for run in runs], color="gray")
+    recall.set_ylim(0, 1.05)
+    recall.axhline(0.95, color="red", linewidth=0.8)
+    recall.set_title("ANN recall@10 vs exact")
+    recall.tick_params(axis="x", labelsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path

@@ -1,0 +1,74 @@
+"""``KnowledgeBase``: one namespace as an object, for agent frameworks and scripts.
+
+The same functions as the CLI: writes run the ingest flow (``kbflow.api``), reads go through one ``Searcher``
+opened on first use and reopened after every write, so repeated searches load the model and open the store once.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from kbflow import api
+from kbflow.config import KbConfig, check_namespace
+from kbflow.search.ask import ask as ask_question
+from kbflow.search.searcher import Searcher
+from kbflow.stores import Hit, SearchFilter
+
+
+class KnowledgeBase:
+    def __init__(self, namespace: str | None = None, config: KbConfig | str | Path | None = None,
+                 data_dir: str | Path | None = None):
+        self.config = api._config(config, data_dir)
+        self.namespace = check_namespace(namespace or self.config.namespace)
+        self._config_file = self._flow_config_file(config)
+        self._searcher: Searcher | None = None
+
+    def _flow_config_file(self, config) -> str:
+        """The flow reads its config from a file: a KbConfig object is written to a private temporary YAML."""
+        if isinstance(config, (str, Path)):
+            return str(config)
+        handle, path = tempfile.mkstemp(prefix="kbflow-kb-", suffix=".yaml")
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            yaml.safe_dump(self.config.model_dump(mode="json"), out, allow_unicode=True)
+        atexit.register(lambda: os.path.exists(path) and os.remove(path))
+        return path
+
+    @property
+    def searcher(self) -> Searcher:
+        if self._searcher is None:
+            self._searcher = Searcher(self.config, self.namespace)
+        return self._searcher
+
+    def _written(self, summary: dict) -> dict:
+        self._searcher = None  # the next read reopens the namespace (new table, indexes, model record)
+        return summary
+
+    def add_text(self, text: str, doc_id: str) -> dict:
+        """Add (or replace, same ``doc_id``) a text as a document; returns the run summary."""
+        return self._written(api.add_text(text, doc_id, self.namespace, self._config_file, self.config.data_dir))
+
+    def add_document(self, path: str | Path) -> dict:
+        """Ingest a file or folder (changed files only); returns the run summary."""
+        return self._written(api.ingest([str(path)], self.namespace, self._config_file, self.config.data_dir))
+
+    def search(self, query: str, limit: int | None = None, mode: str | None = None, min_score: float | None = None,
+               source_glob: str | None = None, heading_prefix: list[str] | None = None,
+               doc_ids: list[str] | None = None, expand: str | None = None) -> list[Hit]:
+        where = SearchFilter(source_glob, tuple(heading_prefix or ()), tuple(doc_ids or ()))
+        return self.searcher.search(query, mode, limit, min_score, where, expand)
+
+    def ask(self, question: str, mode: str | None = None, expand: str | None = None,
+            source_glob: str | None = None) -> dict:
+        """An answer with numbered citations, from the configured chat model (see ``search.llm``)."""
+        return ask_question(self.searcher, question, mode, SearchFilter(source_glob), expand)
+
+    def stats(self) -> dict:
+        return api.stats(self.namespace, self.config)
+
+    def clear(self) -> dict:
+        return self._written(api.clear(self.namespace, self.config))

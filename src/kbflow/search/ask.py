@@ -1,0 +1,44 @@
+"""`ask`: an answer grounded in retrieved chunks, with numbered citations to source path and heading."""
+
+from __future__ import annotations
+
+import re
+
+from kbflow.search.searcher import Searcher
+from kbflow.stores import Hit, SearchFilter
+
+SYSTEM = (
+    "You answer questions using only the numbered sources given. Cite every claim with the source numbers in "
+    "square brackets, like [1] or [2][3]. If the sources do not contain the answer, say that they do not. "
+    "Answer in the language of the question."
+)
+CITATION = re.compile(r"\[(\d+)\]")
+
+
+def source_label(hit: Hit) -> str:
+    heading = " > ".join(hit.heading_path)
+    return hit.source_path + (f" § {heading}" if heading else "")
+
+
+def build_messages(question: str, hits: list[Hit]) -> list[dict]:
+    sources = "\n\n".join(f"[{n}] {source_label(hit)}\n{hit.text}" for n, hit in enumerate(hits, 1))
+    return [{"role": "system", "content": SYSTEM},
+            {"role": "user", "content": f"Sources:\n\n{sources}\n\nQuestion: {question}"}]
+
+
+def ask(searcher: Searcher, question: str, mode: str | None = None, where: SearchFilter | None = None,
+        expand: str | None = None, context_chunks: int | None = None) -> dict:
+    """Retrieve, then ask the chat model. Citations are checked: numbers that name no source are reported."""
+    chat = searcher.chat  # fails first, and clearly, when no LLM is configured
+    limit = context_chunks or searcher.config.search.llm.context_chunks
+    hits = searcher.search(question, mode=mode, limit=limit, where=where, expand=expand)
+    sources = [{"n": n, "source_path": hit.source_path, "heading_path": hit.heading_path, "chunk_id": hit.chunk_id,
+                "score": round(hit.score, 6)} for n, hit in enumerate(hits, 1)]
+    if not hits:
+        return {"question": question, "answer": None, "sources": [], "cited": [], "unknown_citations": [],
+                "message": f"no chunk of namespace {searcher.namespace!r} matches the question; nothing was asked"}
+    answer = chat.complete(build_messages(question, hits))
+    numbers = sorted({int(n) for n in CITATION.findall(answer)})
+    return {"question": question, "answer": answer, "sources": sources,
+            "cited": [n for n in numbers if 1 <= n <= len(hits)],
+            "unknown_citations": [n for n in numbers if not 1 <= n <= len(hits)]}

@@ -1,0 +1,51 @@
+"""Chat completions through an OpenAI-compatible endpoint (OpenAI, DashScope's compatible mode, vLLM, Ollama…)."""
+
+from __future__ import annotations
+
+import os
+
+import httpx
+
+from kbflow.config import LlmConfig
+from kbflow.errors import ConfigError, PermanentError
+from kbflow.search.remote import post_json
+
+
+class LlmNotConfigured(ConfigError):
+    """No endpoint or key in the environment: ask / mqe / hyde cannot run."""
+
+
+class ChatClient:
+    def __init__(self, config: LlmConfig):
+        base_url = os.environ.get(config.base_url_env, "").strip()
+        key = os.environ.get(config.api_key_env, "").strip()
+        missing = [name for name, value in ((config.base_url_env, base_url), (config.api_key_env, key)) if not value]
+        if missing:
+            raise LlmNotConfigured(
+                f"no LLM configured: set {' and '.join(missing)} (an OpenAI-compatible base URL ending in /v1, and "
+                "its API key; for DashScope https://dashscope.aliyuncs.com/compatible-mode/v1 with your "
+                "DASHSCOPE key), or point search.llm.base_url_env / api_key_env at the variables you use")
+        self.config = config
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.key = key
+        self.client = httpx.Client()
+
+    def complete(self, messages: list[dict], temperature: float | None = None) -> str:
+        config = self.config
+        payload = {"model": config.model, "messages": messages, "max_tokens": config.max_tokens,
+                   "temperature": config.temperature if temperature is None else temperature}
+        reply = post_json(self.url, payload, self.key, config.api_key_env, f"chat model {config.model}",
+                          config.timeout_s, config.retries, client=self.client)
+        try:
+            choice = reply["choices"][0]
+            content = choice["message"]["content"]
+        except (KeyError, IndexError, TypeError) as exc:
+            raise PermanentError(f"chat model {config.model} answered without choices[0].message.content "
+                                 f"({type(exc).__name__}: {exc})") from None
+        if not content or not content.strip():
+            raise PermanentError(f"chat model {config.model} returned an empty answer "
+                                 f"(finish_reason {choice.get('finish_reason')!r})")
+        if choice.get("finish_reason") == "length":
+            raise PermanentError(f"chat model {config.model} stopped at search.llm.max_tokens ({config.max_tokens}) "
+                                 "mid-answer; raise search.llm.max_tokens")
+        return content.strip()

@@ -1,0 +1,145 @@
+"""The read side of one namespace, opened once: vector, BM25, hybrid and reranked search, with optional
+multi-query expansion (MQE) or hypothetical-document search (HyDE).
+
+Scores are in the mode's own unit (``Hit.extra`` keeps the inputs): vector = cosine similarity (-1..1);
+bm25 = BM25 score (≥ 0); hybrid = RRF sum (≤ 2/(rrf_k+1)) or weighted min-max (0..1); rerank = the reranker's
+score. With MQE, the lists of every phrasing are fused again by RRF, so scores are RRF sums.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from kbflow.config import KbConfig, check_namespace
+from kbflow.embed import get_embedder
+from kbflow.errors import ConfigError
+from kbflow.manifest import NamespaceState
+from kbflow.search import fusion
+from kbflow.search.tokens import words
+from kbflow.stores import Hit, SearchFilter, open_store
+
+MODES = ("vector", "bm25", "hybrid", "rerank")
+EXPANSIONS = ("mqe", "hyde")
+
+
+def embed_query(embedder, text: str) -> np.ndarray:
+    """The one place a query becomes a vector (query-side prefixes belong to the embedder's query path)."""
+    return embedder.embed_query(text)
+
+
+class Searcher:
+    def __init__(self, config: KbConfig, namespace: str | None = None):
+        self.config = config
+        self.namespace = check_namespace(namespace or config.namespace)
+        self.state = NamespaceState(config.data_dir, self.namespace)
+        meta = self.state.meta()
+        self.embedder = get_embedder(config.embedder)  # reads the model's config files; weights load on first query
+        self.store = None
+        if meta is not None:
+            self.state.check_model(self.embedder.model_id, self.embedder.dimension)
+            self.store = open_store(config, self.namespace, self.embedder.dimension)
+        self._reranker = None
+        self._chat = None
+
+    # --- lazily built helpers ------------------------------------------------------------------------------
+    @property
+    def reranker(self):
+        if self._reranker is None:
+            from kbflow.search.rerank import get_reranker
+
+            self._reranker = get_reranker(self.config.search.rerank, self.config.embedder.device)
+        return self._reranker
+
+    @property
+    def chat(self):
+        if self._chat is None:
+            from kbflow.search.llm import ChatClient
+
+            self._chat = ChatClient(self.config.search.llm)
+        return self._chat
+
+    # --- search --------------------------------------------------------------------------------------------
+    def search(self, query: str, mode: str | None = None, limit: int | None = None, min_score: float | None = None,
+               where: SearchFilter | None = None, expand: str | None = None) -> list[Hit]:
+        """Best ``limit`` chunks for ``query``; hits scoring under ``min_score`` (mode's unit) are dropped."""
+        settings = self.config.search
+        mode = mode or settings.mode
+        if mode not in MODES:
+            raise ConfigError(f"search mode {mode!r} is unknown; use one of {', '.join(MODES)}")
+        if expand is not None and expand not in EXPANSIONS:
+            raise ConfigError(f"query expansion {expand!r} is unknown; use one of {', '.join(EXPANSIONS)}")
+        if not query.strip():
+            raise ConfigError("the query is empty; pass the text to look for")
+        limit = limit or settings.limit
+        min_score = settings.min_score if min_score is None else min_score
+        if self.store is None:
+            return []
+        if expand == "mqe":
+            phrasings = [query] + self.expand_queries(query)
+            lists = {f"q{i}": self._retrieve(text, text, mode, limit, where) for i, text in enumerate(phrasings)}
+            hits = fusion.rrf(lists, settings.rrf_k)
+            for hit in hits:
+                hit.extra["phrasings"] = phrasings
+        elif expand == "hyde":
+            passage = self.hypothetical_document(query)
+            hits = self._retrieve(query, passage, mode, limit, where)
+            for hit in hits:
+                hit.extra["hyde"] = passage
+        else:
+            hits = self._retrieve(query, query, mode, limit, where)
+        hits = hits[:limit]
+        return hits if min_score is None else [hit for hit in hits if hit.score >= min_score]
+
+    def _retrieve(self, query: str, vector_text: str, mode: str, limit: int, where: SearchFilter | None) -> list[Hit]:
+        """One ranked list. ``vector_text`` is what gets embedded (the query, or HyDE's passage); BM25 and the
+        reranker read the query itself (with HyDE, BM25 reads both)."""
+        settings = self.config.search
+        if mode == "vector":
+            return self.store.search_vector(embed_query(self.embedder, vector_text), limit, where)
+        bm25_text = query if vector_text == query else f"{query}\n{vector_text}"
+        if mode == "bm25":
+            return self.store.search_text(words(bm25_text), limit, where)
+        depth = max(settings.candidates, limit, settings.rerank.candidates if mode == "rerank" else 0)
+        lists = {"vector": self.store.search_vector(embed_query(self.embedder, vector_text), depth, where),
+                 "bm25": self.store.search_text(words(bm25_text), depth, where)}
+        if settings.fusion == "rrf":
+            fused = fusion.rrf(lists, settings.rrf_k)
+        else:
+            fused = fusion.weighted(lists, {"vector": settings.vector_weight, "bm25": 1 - settings.vector_weight})
+        if mode == "hybrid":
+            return fused
+        return self.rerank(query, fused[:settings.rerank.candidates])
+
+    def rerank(self, query: str, hits: list[Hit]) -> list[Hit]:
+        """``hits`` ordered by the reranker's score (the earlier score kept in ``extra['fused']``)."""
+        scores = self.reranker.scores(query, [hit.text for hit in hits])
+        ranked = [replace(hit, score=score, extra={**hit.extra, "fused": hit.score}) for hit, score in zip(hits, scores)]
+        return sorted(ranked, key=lambda hit: -hit.score)
+
+    # --- query expansion through the chat model -----------------------------------------------------------
+    def expand_queries(self, query: str) -> list[str]:
+        """MQE: other phrasings of ``query`` from the chat model, one per line."""
+        n = self.config.search.llm.mqe_queries
+        text = self.chat.complete([
+            {"role": "system", "content": "You rewrite search queries. Answer with the queries only, one per line, "
+                                          "no numbering, in the language of the original."},
+            {"role": "user", "content": f"Write {n} different search queries that find the same information as:\n{query}"},
+        ])
+        lines = [line.strip().lstrip("-*•0123456789.) ").strip() for line in text.splitlines()]
+        phrasings = [line for line in lines if line and line != query][:n]
+        if not phrasings:
+            raise ConfigError(f"multi-query expansion got no usable phrasing from the chat model (reply {text[:80]!r})")
+        return phrasings
+
+    def hypothetical_document(self, query: str) -> str:
+        """HyDE: a short passage that would answer ``query``, written by the chat model; its embedding is searched."""
+        return self.chat.complete([
+            {"role": "system", "content": "Write a short factual passage (at most 120 words) that answers the question, "
+                                          "as it might appear in documentation. No preamble."},
+            {"role": "user", "content": query},
+        ])
+
+    def stats(self) -> dict:
+        return self.store.stats() if self.store is not None else {"rows": 0, "documents": 0, "bytes": 0, "indexes": {}}

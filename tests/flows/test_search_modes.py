@@ -1,0 +1,151 @@
+"""Search modes, filters, KnowledgeBase, ask and the CLI over a real ingest of tests/cases/docs, on both stores."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from kbflow import KnowledgeBase
+from kbflow.search import fusion
+from kbflow.search.tokens import words
+from tests.conftest import CASES
+from tests.fake_services import FakeService
+
+
+@pytest.fixture(scope="module")
+def kbs(tmp_path_factory):
+    """One data dir, two namespaces: LanceDB and Qdrant local mode (the vector cache is shared: one embedding)."""
+    root = tmp_path_factory.mktemp("search")
+    shutil.copytree(CASES / "docs", root / "docs")
+    result = {}
+    for kind in ("lancedb", "qdrant"):
+        config_file = root / f"{kind}.yaml"
+        config_file.write_text(yaml.safe_dump({"data_dir": str(root / "data"), "store": {"kind": kind}}))
+        kb = KnowledgeBase(namespace=f"docs-{kind}", config=config_file)
+        summary = kb.add_document(root / "docs")
+        assert summary["documents"]["failed"] == 0 and summary["store"]["count"] > 5
+        result[kind] = kb
+    return result
+
+
+@pytest.fixture(params=["lancedb", "qdrant"])
+def kb(request, kbs):
+    return kbs[request.param]
+
+
+def test_vector_bm25_and_hybrid_find_the_right_document(kb):
+    for mode in ("vector", "bm25", "hybrid"):
+        hits = kb.search("how do I restore a backup", mode=mode, limit=3)
+        assert hits[0].source_path == "docs/backups.md", (mode, [h.source_path for h in hits])
+    chinese = kb.search("恢复数据库", mode="bm25", limit=3)
+    assert chinese[0].source_path == "docs/chinese.md" and chinese[0].score > 0
+
+
+def test_hybrid_is_rrf_of_its_inputs(kb):
+    query = "restore the server from backups"
+    vector = kb.search(query, mode="vector", limit=50)
+    bm25 = kb.search(query, mode="bm25", limit=50)
+    hybrid = kb.search(query, mode="hybrid", limit=10)
+    expected = fusion.rrf({"vector": vector, "bm25": bm25}, k=60)[:10]
+    assert [h.chunk_id for h in hybrid] == [h.chunk_id for h in expected]
+    assert [h.score for h in hybrid] == pytest.approx([h.score for h in expected])
+
+
+def test_min_score_and_filters(kb):
+    hits = kb.search("backup", mode="vector", limit=20, min_score=0.3)
+    assert hits and all(h.score >= 0.3 for h in hits)
+    assert len(hits) < len(kb.search("backup", mode="vector", limit=20))
+    only_search = kb.search("backup", mode="hybrid", limit=20, source_glob="*/search.md")
+    assert only_search and {h.source_path for h in only_search} == {"docs/search.md"}
+    under = kb.search("backups", mode="bm25", limit=20, heading_prefix=["Backups", "Retention"])
+    assert under and all(h.heading_path[:2] == ["Backups", "Retention"] for h in under)
+
+
+def test_both_stores_rank_bm25_alike(kbs):
+    for query in ("恢复数据库", "filters heading", "weekly backups"):
+        lance = [h.text for h in kbs["lancedb"].search(query, mode="bm25", limit=3)]  # ids differ per namespace
+        qdrant = [h.text for h in kbs["qdrant"].search(query, mode="bm25", limit=3)]
+        assert lance[0] == qdrant[0], query
+
+
+@pytest.fixture
+def llm(monkeypatch):
+    service = FakeService()
+    monkeypatch.setenv("OPENAI_BASE_URL", service.url + "/v1")
+    monkeypatch.setenv("OPENAI_API_KEY", service.key)
+    yield service
+    service.close()
+
+
+def test_ask_cites_numbered_sources(kbs, llm):
+    def answer(messages):
+        prompt = messages[-1]["content"]
+        assert "[1] docs/" in prompt and prompt.rstrip().endswith("Question: How do I restore a backup?")
+        return "Stop the server and copy the files back [1][2]. See also [9]."
+
+    llm.chat_responder = answer
+    result = kbs["lancedb"].ask("How do I restore a backup?", mode="hybrid")
+    assert result["answer"].startswith("Stop the server")
+    assert result["cited"] == [1, 2] and result["unknown_citations"] == [9]
+    assert result["sources"][0]["source_path"] == "docs/backups.md"
+    assert result["sources"][0]["heading_path"][0] == "Backups"
+
+
+def test_mqe_and_hyde_go_through_the_chat_model(kbs, llm):
+    llm.chat_responder = lambda messages: ("1. restoring backups\n2. copy files back after stopping the server"
+                                           if "search queries" in messages[-1]["content"]
+                                           else "To restore a backup, stop the server and copy the files back.")
+    kb = kbs["qdrant"]
+    mqe = kb.search("recover data", mode="vector", expand="mqe", limit=3)
+    assert mqe[0].extra["phrasings"] == ["recover data", "restoring backups", "copy files back after stopping the server"]
+    assert mqe[0].source_path == "docs/backups.md"
+    hyde = kb.search("recover data", mode="hybrid", expand="hyde", limit=3)
+    assert hyde[0].source_path == "docs/backups.md" and hyde[0].extra["hyde"].startswith("To restore")
+    assert len(llm.requests) == 2
+
+
+def test_cli_search_modes_and_ask_without_llm(kbs, tmp_path, monkeypatch):
+    kb = kbs["lancedb"]
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_BASE_URL", "OPENAI_API_KEY")}
+    base = [sys.executable, "-m", "kbflow.cli"]
+    config = ["--config", kb._config_file, "--namespace", kb.namespace]
+    run = subprocess.run([*base, "search", "每天晚上备份", "--mode", "bm25", "--json", *config],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)[0]["source_path"] == "docs/chinese.md"
+    run = subprocess.run([*base, "ask", "How do I restore?", *config], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert run.returncode == 2 and "OPENAI_BASE_URL and OPENAI_API_KEY" in run.stderr.replace("\n", " ")
+    run = subprocess.run([*base, "search", "x", "--mode", "semantic", *config], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert run.returncode == 2 and "unknown" in run.stderr
+
+
+def test_writes_reopen_the_searcher(kbs):
+    kb = kbs["lancedb"]
+    assert words("zebrafish") == ["zebrafish"] and kb.search("zebrafish", mode="bm25") == []
+    kb.add_text("Zebrafish regenerate their fins.", doc_id="fish")
+    assert kb.search("zebrafish", mode="bm25")[0].source_path == "text:fish"
+    assert kb.stats()["chunks"] == kb.searcher.stats()["rows"]
+
+
+def test_eval_scores_several_modes_over_one_ingest(tmp_path):
+    from kbflow.errors import ConfigError
+    from kbflow.evaluate import eval_beir
+
+    result = eval_beir(CASES / "beir-mini", data_dir=tmp_path / "data", modes=["vector", "bm25", "hybrid"])
+    runs = {run["mode"]: run for run in result["runs"]}
+    assert list(runs) == ["vector", "bm25", "hybrid"] and result["metrics"] == runs["vector"]["metrics"]
+    assert runs["hybrid"]["metrics"]["recall@100"] == 1.0  # the vector list reaches every document
+    assert runs["bm25"]["metrics"]["mrr@10"] > 0
+    again = eval_beir(CASES / "beir-mini", data_dir=tmp_path / "data", modes=["bm25"], ingest=False)
+    assert again["subset"] == {"documents": 5, "of_documents": 5}
+    assert again["runs"][0]["metrics"] == runs["bm25"]["metrics"]
+    with pytest.raises(ConfigError, match="holds none of the corpus"):
+        eval_beir(CASES / "beir-mini", data_dir=tmp_path / "empty", ingest=False)

@@ -1,0 +1,143 @@
+"""The read side of both stores: BM25 with Chinese words, filters, upsert/delete/stats, LanceDB's indexes."""
+
+import os
+import uuid
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from kbflow.errors import ConfigError
+from kbflow.schemas import store_schema
+from kbflow.search.tokens import tokens_text, words
+from kbflow.stores import SearchFilter
+from kbflow.stores.lancedb_store import LanceStore
+from kbflow.stores.qdrant_store import QdrantStore
+
+DIM = 8
+TEXTS = {  # doc -> (source path, heading path, texts)
+    "a": ("docs/backup/pg.md", ["Backup", "pg_dump"], ["使用 pg_dump 命令备份数据库", "恢复数据库需要 psql 命令"]),
+    "b": ("docs/net/ssh.md", ["Network"], ["ssh 命令用于远程登录服务器", "scp copies files between hosts"]),
+    "c": ("notes/tar.md", ["Backup", "tar"], ["tar 命令可以打包和压缩文件", "the tar archive format"]),
+}
+
+
+def rows(doc_ids, seed=0):
+    rng = np.random.default_rng(seed)
+    records = []
+    for doc_id in doc_ids:
+        source, heading, texts = TEXTS[doc_id]
+        for i, text in enumerate(texts):
+            vector = rng.normal(size=DIM).astype(np.float32)
+            records.append({
+                "chunk_id": f"{ord(doc_id):016x}{i:016x}", "doc_id": doc_id, "source_path": source, "ordinal": i,
+                "heading_path": heading, "text": text, "text_tokens": tokens_text(text), "char_start": 0,
+                "char_end": len(text), "n_tokens": 5, "embed_sha256": f"{doc_id}{i}",
+                "vector": (vector / np.linalg.norm(vector)).tolist()})
+    return pa.Table.from_pylist(records, schema=store_schema(DIM))
+
+
+@pytest.fixture(params=["lancedb", "qdrant", "qdrant-server"])
+def store(request, tmp_path):
+    if request.param == "lancedb":
+        store = LanceStore(tmp_path / "lancedb", "ns", DIM)
+    elif request.param == "qdrant":
+        store = QdrantStore(str(tmp_path / "qdrant"), "ns", DIM)
+    else:  # a real server (payload indexes, HNSW): only where one is reachable
+        if not os.environ.get("QDRANT_URL"):
+            pytest.skip("QDRANT_URL is not set: no Qdrant server to test against")
+        store = QdrantStore(os.environ["QDRANT_URL"], f"test-{uuid.uuid4().hex[:8]}", DIM)
+        request.addfinalizer(store.clear)
+    table = rows("abc")
+    store.replace_documents(list("abc"), table)
+    store.vectors = {r["chunk_id"]: np.array(r["vector"], np.float32) for r in table.to_pylist()}
+    return store
+
+
+def test_words_segment_chinese_and_lowercase_latin():
+    assert words("使用pg_dump命令备份数据库") == ["使用", "pg", "dump", "命令", "备份", "数据", "据库", "数据库"]
+    assert words("The TAR archive, v1.2!") == ["the", "tar", "archive", "v1.2"]
+
+
+def test_bm25_matches_chinese_words_not_whole_sentences(store):
+    hits = store.search_text(words("如何备份数据库"), 10)
+    assert [h.chunk_id[-1] for h in hits][:1] == ["0"] and hits[0].doc_id == "a"  # 备份 + 数据库 both match
+    assert {h.doc_id for h in hits} == {"a"}  # 恢复数据库 (a#1) shares 数据库; nothing else shares a word
+    assert hits[0].score > hits[-1].score > 0
+    assert store.search_text(words("完全无关的词语"), 10) == []
+
+
+def test_bm25_idf_prefers_the_rarer_word(store):
+    # 命令 occurs in 4 chunks, 压缩 in one: the chunk holding 压缩 must win
+    hits = store.search_text(words("命令 压缩"), 10)
+    assert hits[0].doc_id == "c" and hits[0].text.startswith("tar 命令")
+    assert len(hits) == 4
+
+
+def test_filters_apply_to_vector_and_text_search(store):
+    query = store.vectors[f"{ord('b'):016x}{0:016x}"]
+    by_glob = store.search_vector(query, 10, SearchFilter(source_glob="docs/*"))
+    assert {h.doc_id for h in by_glob} == {"a", "b"} and by_glob[0].doc_id == "b"
+    by_heading = store.search_vector(query, 10, SearchFilter(heading_prefix=("Backup",)))
+    assert {h.doc_id for h in by_heading} == {"a", "c"}
+    assert {h.doc_id for h in store.search_vector(query, 10, SearchFilter(heading_prefix=("Backup", "tar")))} == {"c"}
+    assert store.search_vector(query, 10, SearchFilter(heading_prefix=("tar",))) == []  # a prefix, not any element
+    assert {h.doc_id for h in store.search_vector(query, 10, SearchFilter(doc_ids=("c", "b")))} == {"b", "c"}
+    assert store.search_vector(query, 10, SearchFilter(source_glob="nothing/*")) == []
+    text_hits = store.search_text(words("命令"), 10, SearchFilter(source_glob="docs/*.md", heading_prefix=("Backup",)))
+    assert {h.doc_id for h in text_hits} == {"a"}
+    assert {h.doc_id for h in store.search_text(words("命令"), 10, SearchFilter(source_glob="*/t?r.md"))} == {"c"}
+
+
+def test_vector_search_exact_score_is_cosine(store):
+    chunk_id, vector = next(iter(store.vectors.items()))
+    hit = store.search_vector(vector, 1, exact=True)[0]
+    assert hit.chunk_id == chunk_id and hit.score == pytest.approx(1.0, abs=1e-5)
+
+
+def test_upsert_delete_and_stats(store):
+    assert store.stats()["rows"] == 6 and store.stats()["documents"] == 3
+    changed = rows("b", seed=1).to_pylist()
+    changed[0]["text"] = changed[0]["text_tokens"] = "rsync mirrors folders"
+    store.upsert(pa.Table.from_pylist(changed, schema=store_schema(DIM)))
+    assert store.count() == 6
+    assert [h.doc_id for h in store.search_text(["rsync"], 5)] == ["b"]
+    assert store.search_text(["ssh"], 5) == []  # the overwritten text is gone from the BM25 index too
+    assert store.delete_documents(["b"]) == 2
+    assert store.stats()["documents"] == 2 and store.search_text(["rsync"], 5) == []
+
+
+def test_glob_character_classes_are_refused(tmp_path):
+    store = LanceStore(tmp_path / "l", "ns", DIM)
+    store.replace_documents(["a"], rows("a"))
+    with pytest.raises(ConfigError, match="not supported"):
+        store.search_text(["命令"], 5, SearchFilter(source_glob="docs/[ab]*"))
+
+
+def test_lancedb_builds_indexes_by_size_and_keeps_them_fresh(tmp_path):
+    rng = np.random.default_rng(3)
+    n = 600
+    vectors = rng.normal(size=(n, DIM)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+
+    def batch(start, stop):
+        return pa.Table.from_pylist([{
+            "chunk_id": f"{i:032x}", "doc_id": f"d{i // 10}", "source_path": f"s/{i // 10}.md", "ordinal": i % 10,
+            "heading_path": [], "text": f"word{i} common", "text_tokens": f"word{i} common", "char_start": 0,
+            "char_end": 1, "n_tokens": 2, "embed_sha256": str(i), "vector": vectors[i].tolist()}
+            for i in range(start, stop)], schema=store_schema(DIM))
+
+    store = LanceStore(tmp_path / "l", "big", DIM, vector_index_min_rows=500, vector_index_type="IVF_FLAT")
+    store.upsert(batch(0, 300))
+    assert set(store.stats()["indexes"]) == {"text_tokens"}  # full-text from the first write, no vector index yet
+    store.upsert(batch(300, 500))
+    indexes = store.stats()["indexes"]
+    assert indexes["vector"]["indexed_rows"] == 500 and indexes["text_tokens"]["unindexed_rows"] == 0
+    store.upsert(batch(500, 600))  # 100 new rows > 10 % of the table: both indexes are updated
+    indexes = store.stats()["indexes"]
+    assert indexes["vector"]["unindexed_rows"] == 0 and indexes["text_tokens"]["unindexed_rows"] == 0
+    assert [h.text for h in store.search_text(["word555"], 3)] == ["word555 common"]
+    ann = store.search_vector(vectors[555], 10)
+    exact = store.search_vector(vectors[555], 10, exact=True)
+    assert exact[0].chunk_id == f"{555:032x}" and ann[0].chunk_id == exact[0].chunk_id
+    assert len({h.chunk_id for h in ann} & {h.chunk_id for h in exact}) >= 8
