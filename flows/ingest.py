@@ -24,7 +24,7 @@ from kbflow.config import KbConfig, check_namespace, load_config
 from kbflow.convert import converter_fingerprint, text_documents, text_sources
 from kbflow.embed import get_embedder
 from kbflow.embed.cache import VectorCache
-from kbflow.errors import ConfigError
+from kbflow.errors import ConfigError, is_transient
 from kbflow.lock import NamespaceLock
 from kbflow.manifest import NamespaceState
 from kbflow.pipeline import (
@@ -242,7 +242,7 @@ def _embed(run: Run, chunks: pa.Table, embed) -> tuple[dict, set[str]]:
     def submit(i: int):
         first = i * task_batch
         return embed.submit([k for k, _ in parts[i]], [t for _, t in parts[i]], run.embedder, run.cache,
-                            first, first + len(parts[i]) - 1)
+                            first, first + len(parts[i]) - 1, run.config.embedder.max_retry_after_s)
 
     in_flight = [submit(i) for i in range(min(max_in_flight, len(parts)))]
     failed_keys: set[str] = set()
@@ -259,7 +259,8 @@ def _embed(run: Run, chunks: pa.Table, embed) -> tuple[dict, set[str]]:
             failed_keys |= part_keys
             mask = pa.array([k in part_keys for k in chunks.column("embed_sha256").to_pylist()], pa.bool_())
             run.failures.append({"stage": "embed", "chunk_ids": chunks.filter(mask).column("chunk_id").to_pylist(),
-                                 "error_type": type(exc).__name__, "message": str(exc)[:1000]})
+                                 "error_type": type(exc).__name__, "message": str(exc)[:1000],
+                                 "attempts": 1 + (run.config.embedder.retries if is_transient(exc) else 0)})
         done += len(part)
         progress.report("embed", done, len(missing))
     return vectors, failed_keys
