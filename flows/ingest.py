@@ -125,7 +125,7 @@ def ingest(
         plan = _plan(run, sources, texts)
         run.summary["plan"] = plan.table().to_pylist()
         if state.meta() is not None:  # what the namespace holds now; nothing is created by a dry run
-            run.summary["store"]["count"] = open_store(config, namespace, embedder.dimension).count()
+            run.summary["store"]["count"] = open_store(config, state.store_namespace(), embedder.dimension).count()
         return _finish(run, wall_started)
 
     with NamespaceLock(state.root, namespace):  # one writer per namespace; the plan is made under the lock
@@ -135,7 +135,7 @@ def ingest(
             clean_temporaries(folder)
         state.record_model(embedder.model_id, embedder.dimension)
         write_table(plan.table(), run.run_dir / "plan.parquet")
-        run.store = open_store(config, namespace, embedder.dimension)
+        run.store = open_store(config, state.store_namespace(), embedder.dimension)
         run.cache = VectorCache(store_uri(config), embedder.model_id, embedder.dimension)
         _ingest_batches(run, plan, {f"text:{t['doc_id']}": t["text"] for t in texts})
         if plan.removed:

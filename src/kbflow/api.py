@@ -77,7 +77,7 @@ def search(query: str, namespace: str | None = None, limit: int | None = None, m
         return []
     embedder = get_embedder(cfg.embedder)
     state.check_model(embedder.model_id, embedder.dimension)
-    store = open_store(cfg, namespace, embedder.dimension)
+    store = open_store(cfg, state.store_namespace(), embedder.dimension)
     hits = store.search_vector(embedder.embed_query(query), limit)
     return [hit for hit in hits if hit.score >= min_score]
 
@@ -91,7 +91,7 @@ def stats(namespace: str | None = None, config: KbConfig | str | Path | None = N
     meta = state.meta() or {}
     manifest = state.read_manifest()
     dimension = meta.get("dimension")
-    store = open_store(cfg, namespace, dimension) if dimension else None
+    store = open_store(cfg, state.store_namespace(), dimension) if dimension else None
     last = state.last_run() or {}
     return {
         "namespace": namespace,
@@ -116,7 +116,7 @@ def clear(namespace: str, config: KbConfig | str | Path | None = None, data_dir:
     removed = 0
     with NamespaceLock(state.root, namespace):
         if meta.get("dimension"):
-            store = open_store(cfg, namespace, meta["dimension"])
+            store = open_store(cfg, state.store_namespace(), meta["dimension"])
             removed = store.count()
             store.clear()
         state.clear()  # the lock file goes with the state folder

