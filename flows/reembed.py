@@ -8,17 +8,19 @@ the old table stays, listed as superseded, until ``kbflow prune``. Composition o
 
 from __future__ import annotations
 
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import yaml
 from prefect import flow, get_run_logger
 from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.tasks import exponential_backoff
 
-from kbflow.config import EmbedderConfig, check_namespace, load_config
+from kbflow.config import EmbedderConfig, KbConfig, check_namespace, load_config
 from kbflow.embed import get_embedder
 from kbflow.embed.cache import VectorCache
 from kbflow.errors import ConfigError, is_transient
@@ -44,8 +46,11 @@ def target_embedder_config(model: str) -> EmbedderConfig:
 
 
 @flow(name="kbflow-reembed", log_prints=True, validate_parameters=True, task_runner=ThreadPoolTaskRunner(max_workers=8))
-def reembed(namespace: str, model: str, config_path: str | None = None, data_dir: str | None = None) -> dict:
-    """Re-embed every chunk of ``namespace`` with ``model`` into a new table; switch only when complete."""
+def reembed(namespace: str, model: str, config_path: str | None = None, data_dir: str | None = None,
+            eval_beir: str | None = None, max_ndcg_drop: float = 0.0) -> dict:
+    """Re-embed every chunk of ``namespace`` with ``model`` into a new table; switch only when complete and, with
+    ``eval_beir``, only when the new model's nDCG@10 on that labelled set is at most ``max_ndcg_drop`` below the
+    current model's."""
     started = time.perf_counter()
     config = load_config(config_path, data_dir=data_dir)
     namespace = check_namespace(namespace)
@@ -93,10 +98,39 @@ def reembed(namespace: str, model: str, config_path: str | None = None, data_dir
         if target_store.count() != live.count():
             raise ConfigError(f"the new table {new_namespace!r} holds {target_store.count()} chunks, the live one "
                               f"{live.count()}; the namespace was not switched. Run reembed again")
+        if eval_beir:
+            summary["eval"] = _eval_gate(config, target, meta["model_id"], Path(eval_beir))
+            if summary["eval"]["new"] < summary["eval"]["old"] - max_ndcg_drop:
+                target_store.clear()  # not live, not kept: its vectors stay in the cache for another try
+                summary["failures"].append({"stage": "reembed-eval", "error_type": "EvalGate", "message":
+                    f"nDCG@10 on {eval_beir} would drop from {summary['eval']['old']} to {summary['eval']['new']} "
+                    f"(more than {max_ndcg_drop}); the namespace keeps {meta['model_id']}"})
+                logger.warning("reembed of %s not switched: %s", namespace, summary["failures"][-1]["message"])
+                return {**summary, "seconds": round(time.perf_counter() - started, 2)}
         state.switch_model(embedder.model_id, embedder.dimension, new_namespace)
         summary.update(switched=True, store_namespace=new_namespace, superseded=meta.get("store_namespace", namespace))
     logger.info("namespace %s now uses %s (%s chunks)", namespace, embedder.model_id, summary["chunks"])
     return {**summary, "seconds": round(time.perf_counter() - started, 2)}
+
+
+def _eval_gate(config: KbConfig, target: EmbedderConfig, current_model_id: str, folder: Path) -> dict:
+    """nDCG@10 of the current and of the new model on a labelled BEIR set, each ingested through the real
+    pipeline in a temporary data dir (``kbflow eval``)."""
+    from kbflow.evaluate import eval_beir
+
+    if get_embedder(config.embedder).model_id != current_model_id:
+        raise ConfigError("the eval gate compares with the namespace's current model: pass the --config that "
+                          f"describes it ({current_model_id})")
+    scores = {}
+    with tempfile.TemporaryDirectory(prefix="kbflow-reembed-eval-") as work:
+        for name, embedder_config in (("old", config.embedder), ("new", target)):
+            path = Path(work) / f"{name}.yaml"
+            settings = config.model_copy(update={"embedder": embedder_config}).model_dump(mode="json")
+            settings.pop("data_dir", None)
+            path.write_text(yaml.safe_dump(settings), encoding="utf-8")
+            result = eval_beir(folder, str(path), data_dir=Path(work) / f"data-{name}")
+            scores[name] = result["metrics"]["ndcg@10"]
+    return scores
 
 
 def _embed_inputs(rows: pa.Table) -> tuple[list[str], list[str]]:

