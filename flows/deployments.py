@@ -9,12 +9,13 @@ from prefect.schedules import Cron
 
 from flows.backfill import backfill
 from flows.ingest_request import ingest_request
+from flows.reembed import reembed
 from kbflow.config import KbConfig
 from kbflow.errors import ConfigError
 
 
 def build_deployments(config: KbConfig, config_name: str) -> list:
-    """Nightly ingest per configured namespace, on-demand ingest, backfill (and re-embed once it exists)."""
+    """Nightly ingest per configured namespace, on-demand ingest, backfill and re-embed."""
     deployments = []
     for index, schedule in enumerate(config.deploy.schedules):
         try:
@@ -34,8 +35,9 @@ def build_deployments(config: KbConfig, config_name: str) -> list:
     deployments.append(backfill.to_deployment(
         name="backfill", tags=["kbflow", "backfill"], parameters={"request": {"config": config_name}},
         description="Ingest or rebuild many configured namespaces, optionally only those changed since a date."))
-    # MERGE HOOK (issue 5): once flows/reembed.py exists, register it here, e.g.
-    # deployments.append(load_flow("reembed").to_deployment(name="reembed", tags=["kbflow"], parameters=...))
+    deployments.append(reembed.to_deployment(
+        name="reembed", tags=["kbflow", "reembed"], parameters={"config_path": config_name},
+        description="Re-embed a namespace with another model into a new table; switch only when complete."))
     return deployments
 
 

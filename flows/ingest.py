@@ -24,7 +24,7 @@ from kbflow.config import KbConfig, check_namespace, load_config
 from kbflow.convert import converter_fingerprint, text_documents, text_sources
 from kbflow.embed import get_embedder
 from kbflow.embed.cache import VectorCache
-from kbflow.errors import ConfigError
+from kbflow.errors import ConfigError, is_transient
 from kbflow.failpoints import failpoint
 from kbflow.lock import NamespaceLock
 from kbflow.manifest import NamespaceState
@@ -128,7 +128,7 @@ def ingest(
         plan = _plan(run, sources, texts)
         run.summary["plan"] = plan.table().to_pylist()
         if state.meta() is not None:  # what the namespace holds now; nothing is created by a dry run
-            run.summary["store"]["count"] = open_store(config, namespace, embedder.dimension).count()
+            run.summary["store"]["count"] = open_store(config, state.store_namespace(), embedder.dimension).count()
         return publish_summary(_finish(run, wall_started))  # table + failures artifacts in the Prefect UI
 
     with NamespaceLock(state.root, namespace):  # one writer per namespace; the plan is made under the lock
@@ -139,7 +139,7 @@ def ingest(
         state.record_model(embedder.model_id, embedder.dimension)
         write_table(plan.table(), run.run_dir / "plan.parquet")
         failpoint("plan.written")
-        run.store = open_store(config, namespace, embedder.dimension)
+        run.store = open_store(config, state.store_namespace(), embedder.dimension)
         run.cache = VectorCache(store_uri(config), embedder.model_id, embedder.dimension)
         with progress_artifact(namespace, len(plan.todo), config.flow.doc_batch):  # moves per embed batch
             _ingest_batches(run, plan, {f"text:{t['doc_id']}": t["text"] for t in texts})
@@ -256,7 +256,7 @@ def _embed(run: Run, chunks: pa.Table, embed) -> tuple[dict, set[str]]:
     def submit(i: int):
         first = i * task_batch
         return embed.submit([k for k, _ in parts[i]], [t for _, t in parts[i]], run.embedder, run.cache,
-                            first, first + len(parts[i]) - 1)
+                            first, first + len(parts[i]) - 1, run.config.embedder.max_retry_after_s)
 
     in_flight = [submit(i) for i in range(min(max_in_flight, len(parts)))]
     failed_keys: set[str] = set()
@@ -274,7 +274,8 @@ def _embed(run: Run, chunks: pa.Table, embed) -> tuple[dict, set[str]]:
             failed_keys |= part_keys
             mask = pa.array([k in part_keys for k in chunks.column("embed_sha256").to_pylist()], pa.bool_())
             run.failures.append({"stage": "embed", "chunk_ids": chunks.filter(mask).column("chunk_id").to_pylist(),
-                                 "error_type": type(exc).__name__, "message": str(exc)[:1000]})
+                                 "error_type": type(exc).__name__, "message": str(exc)[:1000],
+                                 "attempts": 1 + (run.config.embedder.retries if is_transient(exc) else 0)})
         done += len(part)
         progress.report("embed", done, len(missing))
     return vectors, failed_keys

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from datetime import timedelta
 
 import numpy as np
 import pyarrow as pa
 from prefect import task
 from prefect.cache_policies import NO_CACHE
+from prefect.runtime import task_run as current_task_run
 
 from kbflow import convert, pipeline, split
 from kbflow.chunk import CHUNK_VERSION
@@ -21,7 +23,7 @@ from kbflow.config import ChunkConfig, ConvertConfig
 from kbflow.convert_cache import ConversionCache
 from kbflow.embed.base import Embedder
 from kbflow.embed.cache import VectorCache
-from kbflow.errors import is_transient
+from kbflow.errors import TransientError, is_transient
 from kbflow.scan import SourceFile
 from kbflow.tokens import TokenCounter
 
@@ -55,6 +57,37 @@ def retry_only_transient(_task, _task_run, state) -> bool:
     return False
 
 
+JITTER = 0.5  # retry_jitter_factor of the embed task: a delay may come out as low as (1 - JITTER) x the backoff
+
+
+def _scheduled_delay(task, task_run) -> float:
+    delays = task.retry_delay_seconds
+    if not delays:
+        return 0.0
+    if isinstance(delays, (int, float)):
+        return float(delays)
+    return float(delays[min(max(task_run.run_count - 1, 0), len(delays) - 1)])
+
+
+def retry_transient_honouring_retry_after(task, task_run, state) -> bool:
+    """Retry only transient errors; when the service sent Retry-After, wait here for whatever the backoff delay
+    (which may be jittered down to half) would not cover, so the next attempt starts no earlier than it asked.
+
+    Runs in the task's own thread before the retry is scheduled, so other batches go on meanwhile."""
+    try:
+        state.result()
+    except Exception as exc:  # the task's own exception
+        if not is_transient(exc):
+            return False
+        retry_after = getattr(exc, "retry_after", None)
+        if retry_after:
+            extra = retry_after - (1 - JITTER) * _scheduled_delay(task, task_run)
+            if extra > 0:
+                time.sleep(extra)
+        return True
+    return False
+
+
 # split/chunk are pure: only an error marked transient (none today, e.g. a network filesystem later) retries
 CACHED = dict(persist_result=True, cache_expiration=timedelta(days=7), result_serializer="pickle",
               retries=2, retry_delay_seconds=[1, 5], retry_condition_fn=retry_only_transient)
@@ -81,15 +114,27 @@ def chunk_task(documents: pa.Table, sections: pa.Table, counter: TokenCounter, c
 
 
 @task(name="embed", cache_policy=NO_CACHE, task_run_name="embed texts {first}-{last}",
-      retry_condition_fn=retry_only_transient, retry_jitter_factor=0.5)
+      retry_condition_fn=retry_transient_honouring_retry_after, retry_jitter_factor=JITTER)
 def embed_task(keys: list[str], texts: list[str], embedder: Embedder, cache: VectorCache,
-               first: int, last: int) -> dict[str, np.ndarray]:
-    """Embed one batch and write it to the vector cache at once: a finished batch is never redone.
+               first: int, last: int, max_retry_after_s: float = 300.0) -> dict[str, np.ndarray]:
+    """Embed one batch, writing each provider request's vectors to the vector cache as soon as they arrive: a
+    retry (or the next run) finds them there and embeds only what is left, so finished work is never redone.
 
     Not a Prefect-cached task on purpose: the vector cache, keyed by (text sha256, model id), is its cache."""
-    vectors = embedder.embed_documents(texts)
-    cache.add(keys, vectors)
-    return dict(zip(keys, vectors))
+    done = cache.lookup(keys) if (current_task_run.run_count or 1) > 1 else {}
+    todo = [(key, text) for key, text in zip(keys, texts) if key not in done]
+    step = max(1, getattr(embedder, "max_batch", len(todo) or 1))
+    try:
+        for start in range(0, len(todo), step):
+            part = todo[start:start + step]
+            vectors = embedder.embed_documents([text for _, text in part])
+            cache.add([key for key, _ in part], vectors)
+            done.update(zip((key for key, _ in part), vectors))
+    except TransientError as exc:
+        if exc.retry_after is not None:  # a service asking for an hour would stall the run: cap, then retry anyway
+            exc.retry_after = min(exc.retry_after, max_retry_after_s)
+        raise
+    return {key: done[key] for key in keys}
 
 
 @task(name="upsert", cache_policy=NO_CACHE, task_run_name="upsert docs {first}-{last}",

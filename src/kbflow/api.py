@@ -100,7 +100,7 @@ def stats(namespace: str | None = None, config: KbConfig | str | Path | None = N
     meta = state.meta() or {}
     manifest = state.read_manifest()
     dimension = meta.get("dimension")
-    store = open_store(cfg, namespace, dimension) if dimension else None
+    store = open_store(cfg, state.store_namespace(), dimension) if dimension else None
     last = state.last_run() or {}
     return {
         "namespace": namespace,
@@ -125,7 +125,7 @@ def clear(namespace: str, config: KbConfig | str | Path | None = None, data_dir:
     removed = 0
     with NamespaceLock(state.root, namespace):
         if meta.get("dimension"):
-            store = open_store(cfg, namespace, meta["dimension"])
+            store = open_store(cfg, state.store_namespace(), meta["dimension"])
             removed = store.count()
             store.clear()
         state.clear()  # the lock file goes with the state folder

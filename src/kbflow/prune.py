@@ -17,6 +17,7 @@ from kbflow import housekeeping
 from kbflow.config import KbConfig, check_namespace
 from kbflow.lock import NamespaceLock
 from kbflow.manifest import NamespaceState
+from kbflow.reembed import remove_superseded
 from kbflow.stores.factory import store_uri
 
 
@@ -74,7 +75,10 @@ def prune(config: KbConfig, keep_runs: int, namespaces: list[str] | None = None,
         state = NamespaceState(data_dir, namespace)
         with NamespaceLock(state.root, namespace):
             report["runs_removed"][namespace] = housekeeping.prune_runs(data_dir / "runs" / namespace, keep_runs)
-            table_name = f"chunks_{namespace}"
+            superseded = remove_superseded(config, namespace)  # tables a `kbflow reembed` switched away from
+            if superseded:
+                report.setdefault("superseded_removed", {})[namespace] = superseded
+            table_name = f"chunks_{state.store_namespace()}"
             if config.store.kind == "lancedb" and table_name in tables:
                 report["tables"][table_name] = _optimize(db.open_table(table_name), versions_older_than)
         if state.root.is_dir() and not any(state.root.iterdir()):  # the lock made the folder; a namespace never ingested keeps no trace

@@ -64,7 +64,7 @@ def verify(config: KbConfig, namespace: str, repair: bool = False) -> Report:
         findings.append(Finding("model", f"the namespace holds {model_id} (dim {dimension}) but the config names "
                                          f"{configured.model_id} (dim {configured.dimension})"))
 
-    store = open_store(config, namespace, dimension)
+    store = open_store(config, state.store_namespace(), dimension)
     rows = store.rows(["chunk_id", "doc_id", "embed_sha256", "vector"])
     manifest = state.read_manifest()
     chunk_ids = rows.column("chunk_id").to_pylist()

@@ -12,7 +12,7 @@ import pytest
 
 KBFLOW = [sys.executable, "-m", "kbflow.cli"]
 COMMANDS = ["ingest", "search", "ask", "stats", "add-text", "clear", "verify", "eval", "bench", "convert",
-            "serve", "prune"]
+            "serve", "prune", "reembed"]
 README = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
 
 

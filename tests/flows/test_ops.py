@@ -110,7 +110,8 @@ def test_deployments_come_from_the_config_and_a_bad_cron_names_its_entry(tmp_pat
                       "    - {namespace: b, sources: [x]}\n", encoding="utf-8")
     deployments = build_deployments(load_config(config), str(config))
     assert deployment_names(deployments) == ["kbflow-ingest-request/nightly-a", "kbflow-ingest-request/nightly-b",
-                                             "kbflow-ingest-request/on-demand", "kbflow-backfill/backfill"]
+                                             "kbflow-ingest-request/on-demand", "kbflow-backfill/backfill",
+                                             "kbflow-reembed/reembed"]
     nightly_a = deployments[0]
     assert nightly_a.schedules[0].schedule.cron == "15 1 * * *"
     assert nightly_a.schedules[0].schedule.timezone == "Europe/Berlin"

@@ -114,7 +114,7 @@ def _flow_run_id(output: str) -> str:
 
 def test_deployments_have_schedules_and_typed_forms(server):
     deployments = {d["name"]: d for d in httpx.post(f"{server['api_url']}/deployments/filter", json={}).json()}
-    assert set(deployments) == {"nightly-srv", "on-demand", "backfill"}
+    assert set(deployments) == {"nightly-srv", "on-demand", "backfill", "reembed"}
     assert [s["schedule"]["cron"] for s in deployments["nightly-srv"]["schedules"]] == ["0 3 * * *"]
     schema = deployments["on-demand"]["parameter_openapi_schema"]["definitions"]["IngestRequest"]
     assert {"namespace", "sources", "config", "dry_run", "force"} <= set(schema["properties"])
@@ -179,7 +179,7 @@ def test_prefect_yaml_deploys_to_a_process_pool_and_a_worker_runs_it(server, tmp
     cli("--no-prompt", "deploy", "--all", "--prefect-file", "deployments/prefect.yaml")
     pooled = {d["name"]: d for d in httpx.post(f"{server['api_url']}/deployments/filter", json={}).json()
               if d["work_pool_name"] == "kbflow-process"}
-    assert set(pooled) == {"nightly-default", "on-demand", "backfill"}
+    assert set(pooled) == {"nightly-default", "on-demand", "backfill", "reembed"}
     assert pooled["on-demand"]["parameter_openapi_schema"]["definitions"]["IngestRequest"]
 
     worker_log = tmp_path / "worker.log"

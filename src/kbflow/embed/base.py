@@ -1,4 +1,10 @@
-"""The embedder interface and the checks every backend's output goes through."""
+"""The embedder interface and the checks every backend's output goes through.
+
+Two paths, because asymmetric models (e5, DashScope v3/v4) embed a search query differently from a stored
+passage: ``embed_documents`` (alias ``embed_passages``) for what goes into the store, ``embed_query`` /
+``embed_queries`` for what a user searches with. A backend's query and passage prefixes are part of its
+``model_id``, so vectors made with other prefixes never meet in one namespace or cache table.
+"""
 
 from __future__ import annotations
 
@@ -11,15 +17,30 @@ from kbflow.tokens import TokenCounter
 
 
 class Embedder(Protocol):
-    model_id: str  # name + revision + dim + normalisation + prefixes: what a vector was made with
+    model_id: str  # backend + name + revision + dim + normalisation + prefixes: what a vector was made with
     dimension: int
-    max_tokens: int  # the model's real input limit, special tokens included
+    max_tokens: int  # the model's real input limit, special tokens and passage prefix included
+    max_batch: int  # most texts per model call / provider request (DashScope v3/v4: 10)
 
     def token_counter(self) -> TokenCounter: ...
 
-    def embed_documents(self, texts: list[str]) -> np.ndarray: ...
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        """(len(texts), dimension) float32 rows, L2-normalised, with the passage prefix applied."""
 
-    def embed_query(self, text: str) -> np.ndarray: ...
+    def embed_passages(self, texts: list[str]) -> np.ndarray: ...
+
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        """(len(texts), dimension) float32 rows, L2-normalised, with the query prefix applied."""
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """One query as a (dimension,) float32 vector."""
+
+
+def format_prefixes(query_prefix: str, passage_prefix: str) -> str:
+    """The ``prefix=`` part of a model id; ``none`` when both are empty (keeps older ids unchanged)."""
+    if not query_prefix and not passage_prefix:
+        return "none"
+    return f"query:{query_prefix!r},passage:{passage_prefix!r}"
 
 
 def check_vectors(vectors: np.ndarray, expected_rows: int, dimension: int, model_id: str) -> np.ndarray:
@@ -38,3 +59,62 @@ def check_vectors(vectors: np.ndarray, expected_rows: int, dimension: int, model
         bad = int(np.where(norms == 0)[0][0])
         raise EmbeddingError(f"model {model_id} returned a zero vector for text #{bad} of the batch; it is not stored")
     return vectors
+
+
+def normalise(vectors: np.ndarray) -> np.ndarray:
+    """L2-normalise rows that ``check_vectors`` already found finite and non-zero."""
+    return (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
+
+
+class BaseEmbedder:
+    """Shared behaviour: length checks before the model sees a text, output checks after, both paths.
+
+    A subclass sets ``model_id``, ``dimension``, ``max_tokens``, ``max_batch`` and implements
+    ``token_counter()`` and ``_encode(texts, is_query)`` (texts without prefixes; the subclass applies them)."""
+
+    model_id: str
+    dimension: int
+    max_tokens: int
+    max_batch: int = 512
+
+    def token_counter(self) -> TokenCounter:  # pragma: no cover - every backend overrides it
+        raise NotImplementedError
+
+    def _encode(self, texts: list[str], is_query: bool) -> np.ndarray:  # pragma: no cover
+        raise NotImplementedError
+
+    def query_extra_tokens(self) -> int:
+        """Tokens the query prefix adds beyond the passage prefix (the counter's ``special_tokens`` holds the latter)."""
+        return 0
+
+    def _embed(self, texts: list[str], is_query: bool) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        self.check_lengths(texts, is_query)
+        vectors = check_vectors(self._encode(list(texts), is_query), len(texts), self.dimension, self.model_id)
+        return normalise(vectors)
+
+    def embed_documents(self, texts: list[str]) -> np.ndarray:
+        return self._embed(texts, is_query=False)
+
+    def embed_passages(self, texts: list[str]) -> np.ndarray:
+        return self._embed(texts, is_query=False)
+
+    def embed_queries(self, texts: list[str]) -> np.ndarray:
+        return self._embed(texts, is_query=True)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self._embed([text], is_query=True)[0]
+
+    def check_lengths(self, texts: list[str], is_query: bool = False) -> None:
+        """The model would silently truncate (or window) a longer text; refuse instead (the chunker never makes one).
+
+        Counts are for the passage prefix; a query prefix of a different length is allowed for."""
+        counter = self.token_counter()
+        extra = self.query_extra_tokens() if is_query else 0
+        for index, n in enumerate(counter.count(texts)):
+            if n + counter.special_tokens + extra > self.max_tokens:
+                raise EmbeddingError(
+                    f"text #{index} of the batch has {n + counter.special_tokens} tokens, over {self.model_id}'s limit "
+                    f"of {self.max_tokens}; it would be truncated. Lower chunking.chunk_tokens (starts {texts[index][:60]!r})"
+                )

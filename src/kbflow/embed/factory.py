@@ -12,11 +12,11 @@ _lock = threading.Lock()
 
 
 def get_embedder(config: EmbedderConfig) -> Embedder:
-    key = f"{config.backend}|{config.model_path}|{config.batch_size}|{config.device}"
+    """The embedder for ``config``, shared by every caller in this process with the same settings."""
+    from kbflow.embed.registry import build_embedder
+
+    key = config.model_dump_json()
     with _lock:
         if key not in _cache:
-            if config.backend == "local":
-                from kbflow.embed.local import LocalEmbedder
-
-                _cache[key] = LocalEmbedder(config.model_path, batch_size=config.batch_size, device=config.device)
+            _cache[key] = build_embedder(config)
         return _cache[key]

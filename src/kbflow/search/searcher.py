@@ -39,7 +39,7 @@ class Searcher:
         self.store = None
         if meta is not None:
             self.state.check_model(self.embedder.model_id, self.embedder.dimension)
-            self.store = open_store(config, self.namespace, self.embedder.dimension)
+            self.store = open_store(config, self.state.store_namespace(), self.embedder.dimension)
         self._reranker = None
         self._chat = None
 

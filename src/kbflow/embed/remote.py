@@ -1,0 +1,219 @@
+"""Remote embedding services: DashScope (through the ``dashscope`` package) and any OpenAI-compatible
+``/v1/embeddings`` endpoint (through httpx).
+
+Every request carries at most ``max_batch`` texts (DashScope text-embedding-v3/v4: 10 rows of at most 8,192
+tokens each, the documented limits), waits for the client-side rate limit, and maps failures onto kbflow's
+error classes, which drive the retries of the embed task:
+
+* HTTP 429 (DashScope ``Throttling.*``), 5xx, timeouts, connection errors -> ``TransientError`` (``retry_after``
+  from the ``Retry-After`` header when the service sends one);
+* 401/403 (bad key), 400 (invalid input, batch too large, unknown model), a reply of the wrong shape ->
+  ``PermanentError`` with a message that says what to fix.
+
+The API key is read from the environment variable the config names; it never appears in a message.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import os
+import time
+
+import numpy as np
+
+from kbflow.embed.base import BaseEmbedder, format_prefixes
+from kbflow.embed.ratelimit import shared_limiter
+from kbflow.errors import ConfigError, EmbeddingError, PermanentError, TransientError
+from kbflow.tokens import EstimateTokenCounter
+
+DASHSCOPE_MODELS = {  # model -> (max rows per request, max tokens per row, allowed dimensions, default dimension)
+    "text-embedding-v4": (10, 8192, (2048, 1536, 1024, 768, 512, 256, 128, 64), 1024),
+    "text-embedding-v3": (10, 8192, (1024, 768, 512, 256, 128, 64), 1024),
+}
+DASHSCOPE_URL = "https://dashscope.aliyuncs.com/api/v1"
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds from a Retry-After header: a number of seconds or an HTTP date; None when absent or unreadable."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _api_key(env_name: str, backend: str) -> str:
+    key = os.environ.get(env_name, "")
+    if not key.strip():
+        raise ConfigError(f"embedder backend {backend!r} needs an API key in the environment variable {env_name}; "
+                          f"export {env_name}=... (or set embedder.api_key_env to the variable that holds it)")
+    return key
+
+
+def map_http_error(service: str, status: int, code: str, message: str, retry_after: str | None) -> Exception:
+    """An HTTP failure as a kbflow error: transient for 429/5xx/408, permanent otherwise."""
+    detail = f"{service} answered HTTP {status}" + (f" {code}" if code else "") + (f": {message[:300]}" if message else "")
+    if status == 429 or status == 408 or status >= 500:
+        return TransientError(detail + "; retried with backoff (lower embedder.requests_per_minute / "
+                              "tokens_per_minute if this repeats)", retry_after=parse_retry_after(retry_after))
+    if status in (401, 403):
+        return PermanentError(detail + "; the API key was rejected: check the key in the environment variable "
+                              "named by embedder.api_key_env")
+    return PermanentError(detail + "; the request was refused as invalid: check embedder.model, embedder.dimension, "
+                          "embedder.max_batch and the input texts")
+
+
+class RemoteEmbedder(BaseEmbedder):
+    """Shared request loop: split into provider batches, rate-limit, call, check shape."""
+
+    service = "remote"
+
+    def __init__(self, max_tokens: int, max_batch: int, requests_per_minute: float | None,
+                 tokens_per_minute: float | None, limiter_key: tuple):
+        self.max_tokens = max_tokens
+        self.max_batch = max_batch
+        self._counter = EstimateTokenCounter(max_tokens)
+        self._limiter = shared_limiter(limiter_key, requests_per_minute, tokens_per_minute)
+        self.requests_sent = 0
+
+    def token_counter(self) -> EstimateTokenCounter:
+        return self._counter
+
+    def _encode(self, texts: list[str], is_query: bool) -> np.ndarray:
+        parts = []
+        for start in range(0, len(texts), self.max_batch):
+            batch = texts[start:start + self.max_batch]
+            if self._limiter is not None:
+                self._limiter.acquire(sum(self._counter.count(batch)))
+            self.requests_sent += 1
+            parts.append(self._request(batch, is_query))
+        return np.vstack(parts)
+
+    def _request(self, texts: list[str], is_query: bool) -> np.ndarray:  # pragma: no cover - subclasses
+        raise NotImplementedError
+
+    def _rows(self, items: list[tuple[int, list[float]]], expected: int) -> np.ndarray:
+        """Vectors ordered by their index; exactly one per input, each of the configured dimension."""
+        indexes = sorted(index for index, _ in items)
+        if indexes != list(range(expected)):
+            raise EmbeddingError(f"{self.service} returned vectors for inputs {indexes[:20]}, expected 0..{expected - 1}; "
+                                 "nothing of this batch is stored")
+        rows = [vector for _, vector in sorted(items, key=lambda item: item[0])]
+        if any(len(row) != self.dimension for row in rows):
+            got = sorted({len(row) for row in rows})
+            raise EmbeddingError(f"{self.service} returned vectors of dimension {got}, but {self.model_id} has "
+                                 f"{self.dimension}; set embedder.dimension to what the model returns")
+        return np.asarray(rows, dtype=np.float32)
+
+
+class DashScopeEmbedder(RemoteEmbedder):
+    """DashScope text-embedding-v3/v4 through ``dashscope.TextEmbedding.call`` (text_type query/document)."""
+
+    service = "DashScope"
+
+    def __init__(self, model: str, dimension: int | None, api_key_env: str, base_url: str | None, timeout_s: float,
+                 max_batch: int | None, requests_per_minute: float | None, tokens_per_minute: float | None):
+        if model not in DASHSCOPE_MODELS:
+            raise ConfigError(f"embedder.model {model!r} is not a DashScope text embedding model kbflow knows; "
+                              f"use one of {sorted(DASHSCOPE_MODELS)}")
+        rows, max_tokens, dimensions, default_dim = DASHSCOPE_MODELS[model]
+        dimension = dimension or default_dim
+        if dimension not in dimensions:
+            raise ConfigError(f"embedder.dimension {dimension} is not offered by {model}; use one of {list(dimensions)}")
+        if max_batch and max_batch > rows:
+            raise ConfigError(f"embedder.max_batch {max_batch} exceeds {model}'s limit of {rows} texts per request")
+        self.model, self.dimension = model, dimension
+        self.base_url = (base_url or DASHSCOPE_URL).rstrip("/")
+        self.timeout_s = timeout_s
+        self._key = _api_key(api_key_env, "dashscope")
+        super().__init__(max_tokens, max_batch or rows, requests_per_minute, tokens_per_minute,
+                         ("dashscope", model, self.base_url))
+        self.model_id = f"dashscope:{model};dim={dimension};norm=l2;prefix=text_type:query|document"
+
+    def _request(self, texts: list[str], is_query: bool) -> np.ndarray:
+        import requests
+        from dashscope import TextEmbedding
+
+        try:
+            response = TextEmbedding.call(model=self.model, input=texts, api_key=self._key,
+                                          text_type="query" if is_query else "document", dimension=self.dimension,
+                                          base_address=self.base_url, request_timeout=self.timeout_s)
+        except (requests.Timeout, requests.ConnectionError) as exc:
+            raise TransientError(f"DashScope request failed: {type(exc).__name__} (timeout {self.timeout_s}s); "
+                                 "retried with backoff") from None
+        status = int(response.status_code)
+        if status != 200:
+            headers = {k.lower(): v for k, v in (getattr(response, "headers", None) or {}).items()}
+            raise map_http_error("DashScope", status, response.code or "", str(response.message or ""),
+                                 headers.get("retry-after"))
+        embeddings = (response.output or {}).get("embeddings")
+        if not isinstance(embeddings, list):
+            raise EmbeddingError(f"DashScope replied 200 without output.embeddings for {self.model}; nothing stored")
+        return self._rows([(item["text_index"], item["embedding"]) for item in embeddings], len(texts))
+
+
+class OpenAICompatibleEmbedder(RemoteEmbedder):
+    """POST ``{base_url}/embeddings`` as the OpenAI API defines it (vLLM, TEI, llama.cpp, Ollama, DashScope's
+    compatible mode...). ``query_prefix`` / ``passage_prefix`` are prepended for instruction-style models."""
+
+    service = "OpenAI-compatible endpoint"
+
+    def __init__(self, model: str | None, dimension: int | None, api_key_env: str, base_url: str | None,
+                 timeout_s: float, max_batch: int | None, max_tokens: int | None, send_dimensions: bool,
+                 requests_per_minute: float | None, tokens_per_minute: float | None,
+                 query_prefix: str = "", passage_prefix: str = ""):
+        if not model or not base_url or not dimension:
+            raise ConfigError("embedder.backend 'openai' needs embedder.model, embedder.base_url (e.g. "
+                              "http://127.0.0.1:8000/v1) and embedder.dimension (the size of the vectors it returns)")
+        self.model, self.dimension, self.base_url = model, dimension, base_url.rstrip("/")
+        self.timeout_s, self.send_dimensions = timeout_s, send_dimensions
+        self.query_prefix, self.passage_prefix = query_prefix, passage_prefix
+        self._key = os.environ.get(api_key_env, "")  # self-hosted servers often need none
+        super().__init__(max_tokens or 8192, max_batch or 64, requests_per_minute, tokens_per_minute,
+                         ("openai", model, self.base_url))
+        self.model_id = (f"openai:{model};dim={dimension};norm=l2;"
+                         f"prefix={format_prefixes(query_prefix, passage_prefix)}")
+        self._client = None
+
+    def _http(self):
+        import httpx
+
+        if self._client is None:
+            headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
+            self._client = httpx.Client(base_url=self.base_url, headers=headers, timeout=self.timeout_s)
+        return self._client
+
+    def _request(self, texts: list[str], is_query: bool) -> np.ndarray:
+        import httpx
+
+        prefix = self.query_prefix if is_query else self.passage_prefix
+        body = {"model": self.model, "input": [prefix + text for text in texts], "encoding_format": "float"}
+        if self.send_dimensions:
+            body["dimensions"] = self.dimension
+        try:
+            response = self._http().post("/embeddings", json=body)
+        except (httpx.TimeoutException, httpx.TransportError) as exc:
+            raise TransientError(f"{self.base_url}/embeddings failed: {type(exc).__name__} "
+                                 f"(timeout {self.timeout_s}s); retried with backoff") from None
+        if response.status_code != 200:
+            code, message = "", response.text[:300]
+            try:
+                error = response.json().get("error") or {}
+                code, message = str(error.get("code") or error.get("type") or ""), str(error.get("message") or message)
+            except (ValueError, AttributeError):
+                pass
+            raise map_http_error(f"{self.base_url}/embeddings", response.status_code, code, message,
+                                 response.headers.get("retry-after"))
+        try:
+            data = response.json()["data"]
+            items = [(item["index"], item["embedding"]) for item in data]
+        except (ValueError, KeyError, TypeError):
+            raise EmbeddingError(f"{self.base_url}/embeddings replied 200 without a data list of "
+                                 "{index, embedding}; nothing stored") from None
+        return self._rows(items, len(texts))

@@ -1,0 +1,100 @@
+"""Real Prefect flow runs embedding through a real 127.0.0.1 server that speaks DashScope's wire format:
+transient failures are retried (honouring Retry-After), permanent ones are recorded and the run goes on."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from flows.ingest import ingest
+from kbflow.embed.factory import get_embedder
+from kbflow.config import load_config
+from kbflow.manifest import NamespaceState
+from kbflow.stores.lancedb_store import LanceStore
+from tests.fakes.embedding_server import EmbeddingServer
+
+KEY = "sk-flow-test"
+
+
+@pytest.fixture
+def server(monkeypatch):
+    monkeypatch.setenv("KBFLOW_FLOW_TEST_KEY", KEY)
+    with EmbeddingServer(key=KEY, max_batch=10, dimension=64, slow_s=1.5, retry_after="1") as running:
+        yield running
+
+
+def write_config(tmp_path, server, **embedder) -> str:
+    config = {"data_dir": str(tmp_path / "data"), "flow": {"max_workers": 2},
+              "embedder": {"backend": "dashscope", "model": "text-embedding-v4", "dimension": 64,
+                           "base_url": server.url + "/api/v1", "api_key_env": "KBFLOW_FLOW_TEST_KEY",
+                           "timeout_s": 0.5, "task_batch": 4, "retries": 3, "retry_backoff_s": 0.05, **embedder}}
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
+
+
+def stored(tmp_path):
+    rows = LanceStore(tmp_path / "data" / "lancedb", "default", 64).rows().to_pylist()
+    return rows, NamespaceState(tmp_path / "data", "default").read_manifest().to_pylist()
+
+
+def failures_of(summary, tmp_path):
+    return pq.read_table(tmp_path / "data" / "runs" / "default" / summary["run_id"] / "failures.parquet").to_pylist()
+
+
+def test_transient_failures_are_retried_and_each_text_embedded_once(docs_dir, tmp_path, server):
+    server.script = ["429", "500", "slow"]  # the first three requests fail, each in its own transient way
+    config = write_config(tmp_path, server)
+    started = time.perf_counter()
+    summary = ingest(sources=[str(docs_dir)], config_path=config)
+    assert summary["documents"]["failed"] == 0 and summary["failures"] == []
+    assert time.perf_counter() - started >= 1.0  # the 429's Retry-After: 1 was waited out
+    rows, manifest = stored(tmp_path)
+    assert len(rows) == summary["store"]["count"] == summary["chunks"]["embedded"] > 4
+    assert all(len(row["vector"]) == 64 and abs(np.linalg.norm(row["vector"]) - 1) < 1e-4 for row in rows)
+    assert max(server.served.values()) == 1  # no text was embedded twice, though three requests failed
+    assert sum(server.served.values()) == summary["chunks"]["embedded"]
+    assert len(manifest) == 4
+    assert all(len(r["texts"]) <= 10 for r in server.requests)
+
+
+def test_permanent_failure_is_recorded_and_the_run_goes_on(docs_dir, tmp_path, server):
+    server.poison = "daily backups"  # a request holding this text is refused as invalid input, every time
+    config = write_config(tmp_path, server)
+    summary = ingest(sources=[str(docs_dir)], config_path=config)
+    assert summary["documents"]["failed"] >= 1
+    failures = failures_of(summary, tmp_path)
+    batch_failures = [f for f in failures if f["chunk_ids"]]
+    assert batch_failures and all(f["error_type"] == "PermanentError" for f in batch_failures)
+    assert all(f["attempts"] == 1 for f in batch_failures)  # a permanent error is not retried
+    assert "invalid" in batch_failures[0]["message"]
+    rows, manifest = stored(tmp_path)
+    failed_chunks = {c for f in batch_failures for c in f["chunk_ids"]}
+    assert not failed_chunks & {row["chunk_id"] for row in rows}  # nothing of the failed batch is stored
+    blocked = {f["doc_id"] for f in failures if f["error_type"] == "EmbeddingIncomplete"}
+    assert blocked and not blocked & {m["doc_id"] for m in manifest}  # so the next run retries them
+    assert len(manifest) == 4 - len(blocked) and rows  # the other documents were stored
+    served_before = sum(server.served.values())
+
+    server.poison = None  # the input problem is fixed: the next run embeds only what is missing
+    second = ingest(sources=[str(docs_dir)], config_path=config)
+    assert second["documents"]["failed"] == 0
+    assert second["documents"]["new"] == len(blocked)
+    rows, manifest = stored(tmp_path)
+    assert len(manifest) == 4 and max(server.served.values()) == 1
+    assert sum(server.served.values()) - served_before == second["chunks"]["embedded"]
+
+
+def test_exhausted_retries_fail_the_batch_with_its_attempts(docs_dir, tmp_path, server):
+    server.script = ["500"] * 50  # a server down for the whole run
+    config = write_config(tmp_path, server, retries=1)
+    summary = ingest(sources=[str(docs_dir)], config_path=config)
+    failures = [f for f in failures_of(summary, tmp_path) if f["chunk_ids"]]
+    assert failures and all(f["error_type"] == "TransientError" and f["attempts"] == 2 for f in failures)
+    rows, manifest = stored(tmp_path)
+    assert rows == [] and manifest == []
+    assert get_embedder(load_config(config).embedder).dimension == 64

