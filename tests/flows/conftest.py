@@ -20,3 +20,13 @@ def counting(monkeypatch, real_embedder):
     counter = CountingEmbedder(real_embedder)
     monkeypatch.setattr(flows.ingest, "get_embedder", lambda config: counter)
     return counter
+
+
+def subprocess_env(**extra: str) -> dict:
+    """Environment for a `kbflow` subprocess in these tests: it reports to the session's Prefect test server
+    instead of starting a temporary server of its own (~10 s each, and a process a SIGKILL would orphan)."""
+    import os
+
+    from prefect.settings import PREFECT_API_URL
+
+    return {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value(), "PREFECT_LOGGING_LEVEL": "ERROR", **extra}

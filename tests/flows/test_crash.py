@@ -3,7 +3,7 @@ manifest and stats end exactly as a clean single run leaves them, and finished e
 
 The kill comes from a failpoint (kbflow.failpoints) inside a real ``kbflow ingest`` subprocess: the process dies
 at a known place, with no chance to clean up. Set KBFLOW_CRASH_CORPUS to a folder (for example a few hundred
-pages of a real manual) to run the same checks on it; the default is the small real corpus of tests/cases.
+pages of a real manual) to run the same checks on it; the default is five small real files of tests/cases.
 """
 
 from __future__ import annotations
@@ -24,13 +24,14 @@ from kbflow.manifest import NamespaceState
 from kbflow.snapshots import TMP_SUFFIX
 from kbflow.stores.lancedb_store import LanceStore
 from tests.conftest import CASES
+from tests.flows.conftest import subprocess_env
 
 CONFIG = """
 flow:
   doc_batch: 2
   max_workers: 1
 embedder:
-  task_batch: 8
+  task_batch: 2
 """
 
 
@@ -40,8 +41,9 @@ def crash_corpus(tmp_path_factory) -> Path:
     if given:
         return Path(given)
     docs = tmp_path_factory.mktemp("crash") / "corpus"
-    shutil.copytree(CASES / "docs", docs / "docs")
-    shutil.copytree(CASES / "formats", docs / "formats")
+    shutil.copytree(CASES / "docs", docs / "docs")  # Markdown, Chinese, HTML
+    (docs / "formats").mkdir()
+    shutil.copy(CASES / "formats" / "crazyones.pdf", docs / "formats")  # and a PDF: five documents, three batches
     return docs
 
 
@@ -78,8 +80,8 @@ def clean_run(crash_corpus, config_file, tmp_path_factory):
 
 def run_killed(corpus: Path, data_dir: Path, config_file: Path, point: str) -> None:
     """Run ``kbflow ingest`` in its own process group until the failpoint SIGKILLs it, then kill the group
-    (the ephemeral Prefect server it started would otherwise outlive it, as after a real crash)."""
-    env = {**os.environ, "KBFLOW_FAILPOINTS": f"{point}:kill", "PREFECT_LOGGING_LEVEL": "ERROR"}
+    (anything it started would otherwise outlive it, as after a real crash)."""
+    env = subprocess_env(KBFLOW_FAILPOINTS=f"{point}:kill")
     log = data_dir.parent / f"{data_dir.name}.log"
     with open(log, "wb") as stderr:
         process = subprocess.Popen(

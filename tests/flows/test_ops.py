@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from datetime import datetime, timedelta, timezone
 
 import lancedb
@@ -88,7 +89,11 @@ def test_request_with_failed_documents_ends_failed_and_lists_them_in_an_artifact
 
     config = tmp_path / "kb.yaml"
     config.write_text(f"data_dir: {tmp_path / 'data'}\n", encoding="utf-8")
-    request = IngestRequest(namespace="bad-files", sources=[str(CASES / "bad")], config=str(config))
+    bad = tmp_path / "bad"  # three of tests/cases/bad (the whole bad-input set has its own tests)
+    bad.mkdir()
+    for name in ("broken.pdf", "empty.docx", "random.xlsx"):
+        shutil.copy(CASES / "bad" / name, bad / name)
+    request = IngestRequest(namespace="bad-files", sources=[str(bad)], config=str(config))
     with pytest.raises(DocumentsFailed, match=r"3 document\(s\) of namespace 'bad-files' failed"):
         ingest_request(request)
     with get_client(sync_client=True) as client:

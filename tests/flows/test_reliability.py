@@ -20,6 +20,7 @@ from kbflow.lock import NamespaceLocked
 from kbflow.manifest import NamespaceState
 from kbflow.stores.lancedb_store import LanceStore
 from tests.conftest import CASES
+from tests.flows.conftest import subprocess_env
 
 
 def store_rows(data_dir: Path) -> dict[str, list[dict]]:
@@ -86,10 +87,9 @@ def test_failed_run_leaves_store_and_manifest_as_before_except_whole_finished_do
 
 def start_paused(corpus: Path, data_dir: Path, config: Path, point: str, marker: Path,
                  namespace: str = "default") -> subprocess.Popen:
-    """``kbflow ingest`` in its own process group (so a test can kill it with the Prefect server it starts);
+    """``kbflow ingest`` in its own process group (so a test can kill it with anything it starts);
     stderr goes to a file, which a leftover server process cannot hold open the way it holds a pipe."""
-    env = {**os.environ, "KBFLOW_FAILPOINTS": point, "KBFLOW_FAILPOINTS_MARKER": str(marker),
-           "PREFECT_LOGGING_LEVEL": "ERROR"}
+    env = subprocess_env(KBFLOW_FAILPOINTS=point, KBFLOW_FAILPOINTS_MARKER=str(marker))
     stderr = open(marker.with_suffix(".log"), "wb")
     return subprocess.Popen(
         [sys.executable, "-m", "kbflow.cli", "ingest", str(corpus), "--data-dir", str(data_dir), "--config",
