@@ -96,9 +96,9 @@ def server(tmp_path_factory):
 
         def served():
             response = httpx.post(f"{api_url}/deployments/filter", json={}, timeout=5)
-            return len(response.json()) == 3 and started[1].poll() is None
+            return len(response.json()) == 4 and started[1].poll() is None
 
-        _wait_for(served, 180, "kbflow serve to register 3 deployments", serve_log)
+        _wait_for(served, 180, "kbflow serve to register 4 deployments", serve_log)
         yield {"api_url": api_url, "env": env, "config": config, "bad_config": bad_config, "docs": docs,
                "serve_log": serve_log}
     finally:
