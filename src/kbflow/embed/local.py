@@ -77,6 +77,9 @@ class LocalEmbedder(BaseEmbedder):
         self._model = None
         self._counter = None
         self._lock = threading.Lock()
+        # one forward pass at a time: it already uses every intra-op thread, and two at once (two embed tasks in
+        # flight) oversubscribe the cores
+        self._encode_lock = threading.Lock()
 
     def token_counter(self):
         if self._counter is None:
@@ -104,5 +107,7 @@ class LocalEmbedder(BaseEmbedder):
 
     def _encode(self, texts: list[str], is_query: bool) -> np.ndarray:
         prefix = self.query_prefix if is_query else self.passage_prefix
-        return self._load().encode([prefix + text for text in texts] if prefix else texts, batch_size=self.batch_size,
-                                   normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
+        model = self._load()
+        with self._encode_lock:
+            return model.encode([prefix + text for text in texts] if prefix else texts, batch_size=self.batch_size,
+                                normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)

@@ -140,7 +140,8 @@ class OnnxInt8Embedder(LocalEmbedder):
             ids = np.array([e.ids for e in encodings], dtype=np.int64)
             mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
             types = np.array([e.type_ids for e in encodings], dtype=np.int64)
-            hidden = session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types})[0]
+            with self._encode_lock:  # as for torch: one forward pass at a time, it uses every core itself
+                hidden = session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": types})[0]
             weights = mask[:, :, None].astype(np.float32)
             pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
             out[index] = pooled
