@@ -8,7 +8,9 @@ score. With MQE, the lists of every phrasing are fused again by RRF, so scores a
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from typing import Callable
 
 import numpy as np
 
@@ -29,6 +31,18 @@ def embed_query(embedder, text: str) -> np.ndarray:
     return embedder.embed_query(text)
 
 
+def candidate_lists(store, query_vector: Callable[[], np.ndarray], terms: list[str], depth: int,
+                    where: SearchFilter | None = None, pool: ThreadPoolExecutor | None = None) -> dict[str, list[Hit]]:
+    """Vector and BM25 candidates for fusion. Given a pool and a store whose reads may overlap
+    (``store.concurrent_reads``), BM25 runs on the pool's thread while this one embeds the query and searches the
+    vectors, so a hybrid query costs the slower of the two rather than their sum (LanceDB searches outside the GIL)."""
+    if pool is not None and getattr(store, "concurrent_reads", False):
+        bm25 = pool.submit(store.search_text, terms, depth, where)
+        vector = store.search_vector(query_vector(), depth, where)
+        return {"vector": vector, "bm25": bm25.result()}
+    return {"vector": store.search_vector(query_vector(), depth, where), "bm25": store.search_text(terms, depth, where)}
+
+
 class Searcher:
     def __init__(self, config: KbConfig, namespace: str | None = None):
         self.config = config
@@ -42,6 +56,7 @@ class Searcher:
             self.store = open_store(config, self.state.store_namespace(), self.embedder.dimension)
         self._reranker = None
         self._chat = None
+        self._pool: ThreadPoolExecutor | None = None  # one thread for BM25 beside the vector search (hybrid)
 
     # --- lazily built helpers ------------------------------------------------------------------------------
     @property
@@ -102,8 +117,10 @@ class Searcher:
         if mode == "bm25":
             return self.store.search_text(words(bm25_text), limit, where)
         depth = max(settings.candidates, limit, settings.rerank.candidates if mode == "rerank" else 0)
-        lists = {"vector": self.store.search_vector(embed_query(self.embedder, vector_text), depth, where),
-                 "bm25": self.store.search_text(words(bm25_text), depth, where)}
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kbflow-bm25")
+        lists = candidate_lists(self.store, lambda: embed_query(self.embedder, vector_text), words(bm25_text), depth,
+                                where, self._pool)
         if settings.fusion == "rrf":
             fused = fusion.rrf(lists, settings.rrf_k)
         else:

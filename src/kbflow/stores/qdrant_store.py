@@ -104,6 +104,8 @@ class QdrantStore:
         self.dimension = dimension
         self.collection = f"kbflow_{namespace}"
         self.client = _client(location, api_key_env)
+        # a server answers overlapping requests; local mode is a plain Python object, read from one thread at a time
+        self.concurrent_reads = location.startswith(("http://", "https://"))
 
     def exists(self) -> bool:
         return self.client.collection_exists(self.collection)
