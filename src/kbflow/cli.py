@@ -312,6 +312,33 @@ def bench_ingest(
         out.print(f"written to {out_file}")
 
 
+@bench_app.command("memory")
+def bench_memory(
+    corpus: Path = typer.Option(Path("../shared/corpora/python-3.11-html.tar.xz"), "--corpus",
+                                help="Folder or .tar.xz/.tar.gz of documents."),
+    fractions: list[float] = typer.Option([0.5, 1.0], "--fraction",
+                                          help="Shares of the corpus, each ingested by a fresh process (repeatable)."),
+    out_file: Path = typer.Option(Path("docs/bench/memory.json"), "--out", help="Where the JSON goes (PNG beside)."),
+    work_dir: Optional[Path] = typer.Option(None, "--work-dir", help="Scratch folder (default: a temporary one)."),
+    config: Optional[Path] = ConfigOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Peak memory of an ingest per share of the corpus: bounded by batch size, or growing with the corpus?"""
+    from kbflow.bench_memory import bench_memory as run_bench
+
+    try:
+        result = run_bench(corpus, fractions, out_file, work_dir, config)
+    except KbflowError as exc:
+        _fail(exc)
+    if as_json:
+        _print_json(result)
+        return
+    for share in result["shares"]:
+        out.print(f"{share['fraction']:g} of the corpus: {share['files']} files, {share['chunks']} chunks, "
+                  f"{share['wall_s']} s, peak RSS {share['peak_rss_mb']} MB (with children {share['peak_tree_rss_mb']} MB)")
+    out.print(f"written to {out_file}")
+
+
 @bench_app.command("search")
 def bench_search(
     corpus: Path = typer.Option(Path("../shared/corpora/python-3.11-html.tar.xz"), "--corpus",
@@ -338,6 +365,9 @@ def bench_search(
         _print_json(result)
         return
     for run in result["runs"]:
+        if "skipped" in run:
+            out.print(f"{run['store']} {run['rows']:,}: skipped ({run['skipped']})")
+            continue
         out.print(f"{run['store']} {run['rows']:,}: " + ", ".join(
             f"{mode} p50 {m['p50_ms']} ms" for mode, m in run["modes"].items()) + f", recall@10 {run['ann_recall@10']}")
     out.print(f"written to {out_file}")
