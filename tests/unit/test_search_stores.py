@@ -141,3 +141,21 @@ def test_lancedb_builds_indexes_by_size_and_keeps_them_fresh(tmp_path):
     exact = store.search_vector(vectors[555], 10, exact=True)
     assert exact[0].chunk_id == f"{555:032x}" and ann[0].chunk_id == exact[0].chunk_id
     assert len({h.chunk_id for h in ann} & {h.chunk_id for h in exact}) >= 8
+
+
+def test_hnsw_search_deeper_than_its_beam(tmp_path):
+    """Regression: an IVF_HNSW index refused a search for more hits than ``ann_ef`` ('ef must be greater than or
+    equal to k'); eval searches 200 deep with ann_ef 64."""
+    rng = np.random.default_rng(5)
+    vectors = rng.normal(size=(400, DIM)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    table = pa.Table.from_pylist([{
+        "chunk_id": f"{i:032x}", "doc_id": f"d{i}", "source_path": f"s/{i}.md", "ordinal": 0, "heading_path": [],
+        "text": f"w{i}", "text_tokens": f"w{i}", "char_start": 0, "char_end": 1, "n_tokens": 1,
+        "embed_sha256": str(i), "vector": vectors[i].tolist()} for i in range(400)], schema=store_schema(DIM))
+    store = LanceStore(tmp_path / "l", "hnsw", DIM, vector_index_min_rows=300, vector_index_type="IVF_HNSW_SQ",
+                       ann_ef=16)
+    store.upsert(table)
+    assert "vector" in store.stats()["indexes"]
+    hits = store.search_vector(vectors[7], 100)
+    assert len(hits) == 100 and hits[0].chunk_id == f"{7:032x}"

@@ -176,7 +176,8 @@ class LanceStore:
         if exact:
             query = query.bypass_vector_index()
         elif "IVF" in self.vector_index_type:
-            query = query.nprobes(self.ann_nprobes).ef(self.ann_ef)
+            # HNSW refuses ef < k ("ef must be greater than or equal to k"): a deep search widens its beam
+            query = query.nprobes(self.ann_nprobes).ef(max(self.ann_ef, limit))
             if self.ann_refine_factor:
                 query = query.refine_factor(self.ann_refine_factor)
         sql = where_sql(where)
