@@ -283,10 +283,38 @@ def check_namespace(name: str) -> str:
     return name
 
 
-def load_config(path: str | Path | None = None, **overrides: object) -> KbConfig:
-    """Load a YAML config (or the defaults), apply non-None overrides, validate once.
+ENV_PREFIX = "KBFLOW__"
 
-    ``KBFLOW_DATA_DIR`` in the environment overrides ``data_dir`` unless an explicit override is given.
+
+def _apply_env(raw: dict, environ) -> None:
+    """``KBFLOW__SECTION__FIELD=value`` sets ``section.field`` (any depth; the value is read as YAML, so ``128``,
+    ``true`` and ``[a, b]`` keep their types). Names are matched case-insensitively; validation names a wrong one."""
+    for name in sorted(environ):
+        if not name.upper().startswith(ENV_PREFIX) or len(name) == len(ENV_PREFIX):
+            continue
+        path = [part.lower() for part in name[len(ENV_PREFIX):].split("__")]
+        if any(not part for part in path):
+            raise ConfigError(f"environment variable {name} names no config field: use KBFLOW__SECTION__FIELD")
+        try:
+            value = yaml.safe_load(environ[name])
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"environment variable {name} is not a valid YAML value: {exc}") from None
+        target = raw
+        for part in path[:-1]:
+            if target.get(part) is None:  # absent, or an empty section in the file ("search:")
+                target[part] = {}
+            target = target[part]
+            if not isinstance(target, dict):
+                raise ConfigError(f"environment variable {name}: {part!r} is a value, not a section")
+        target[path[-1]] = value
+
+
+def load_config(path: str | Path | None = None, **overrides: object) -> KbConfig:
+    """Load a YAML config (or the defaults), apply environment overrides, then non-None keyword overrides, and
+    validate once.
+
+    ``KBFLOW_DATA_DIR`` in the environment overrides ``data_dir`` unless an explicit override is given;
+    ``KBFLOW__SECTION__FIELD`` variables override single fields of the file (see ``_apply_env``).
     """
     raw: dict = {}
     if path is not None:
@@ -301,6 +329,7 @@ def load_config(path: str | Path | None = None, **overrides: object) -> KbConfig
             raise ConfigError(f"config file {str(path)!r} must hold a mapping at the top level")
     if os.environ.get("KBFLOW_DATA_DIR") and overrides.get("data_dir") is None:
         raw["data_dir"] = os.environ["KBFLOW_DATA_DIR"]
+    _apply_env(raw, os.environ)
     raw.update({key: value for key, value in overrides.items() if value is not None})
     try:
         return KbConfig.model_validate(raw)

