@@ -1,7 +1,8 @@
 """`kbflow bench memory`: peak memory of an ingest against the size of the corpus.
 
-Each share of the corpus (by default half, then all of it) is ingested by a fresh Python process into a fresh
-data dir, so one share's peak cannot hide another's. The half takes every other file of the sorted file list,
+Each share of the corpus's pages (by default half, then all of them; pages are ``*.html``: a manual's images
+and page sources are not its text) is ingested by a fresh Python process into a fresh data dir, so one share's
+peak cannot hide another's. The half takes every other file of the sorted file list,
 so both shares hold the same mix of page sizes. Reported per share: files, bytes, chunks, wall seconds and
 
 * ``peak_rss_mb``: the ingest process's own peak resident set (``ru_maxrss``, the kernel's exact figure);
@@ -23,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from fnmatch import fnmatch
 from pathlib import Path
 
 from kbflow.bench import _corpus_dir
@@ -104,14 +106,14 @@ def measure_share(source: Path, data_dir: Path, config: Path | None) -> dict:
 
 
 def bench_memory(corpus: Path, fractions: list[float], out_file: Path, work_dir: Path | None,
-                 config: Path | None) -> dict:
+                 config: Path | None, patterns: tuple[str, ...] = ("*.html", "*.htm")) -> dict:
     if not fractions or any(not 0 < f <= 1 for f in fractions):
         raise ConfigError(f"--fraction takes values in (0, 1]; got {fractions}")
     work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="kbflow-bench-memory-"))
     root = _corpus_dir(corpus, work / "corpus")
-    files = sorted(p for p in root.rglob("*") if p.is_file())
+    files = sorted(p for p in root.rglob("*") if p.is_file() and any(fnmatch(p.name, pat) for pat in patterns))
     if not files:
-        raise ConfigError(f"--corpus {corpus} holds no files")
+        raise ConfigError(f"--corpus {corpus} holds no files matching {', '.join(patterns)}")
     shares = []
     for fraction in sorted(set(fractions)):
         share_dir = work / f"share-{fraction:g}" / root.name
@@ -120,7 +122,8 @@ def bench_memory(corpus: Path, fractions: list[float], out_file: Path, work_dir:
         row = {"fraction": fraction, "files": count, "bytes": size}
         row.update(measure_share(share_dir, work / f"data-{fraction:g}", config))
         shares.append(row)
-    result = {"corpus": str(corpus), "config": str(config) if config else None, "sample_s": SAMPLE_S,
+    result = {"corpus": str(corpus), "patterns": list(patterns), "config": str(config) if config else None,
+              "sample_s": SAMPLE_S,
               "shares": shares}
     if len(shares) > 1:
         small, large = shares[0], shares[-1]

@@ -32,8 +32,7 @@ from kbflow.config import load_config
 from kbflow.embed import get_embedder
 from kbflow.errors import ConfigError
 from kbflow.schemas import store_schema
-from kbflow.search import fusion
-from kbflow.search.searcher import candidate_lists
+from kbflow.search.searcher import candidate_lists, fuse
 from kbflow.search.tokens import tokens_text, words
 
 SYNTH_SIGMA = 0.5
@@ -186,7 +185,7 @@ def bench_store(kind: str, rows: pa.Table, queries: np.ndarray, query_words: lis
 
     def hybrid(i: int):
         lists = candidate_lists(store, lambda: queries[i], query_words[i], depth, None, pool)
-        return fusion.rrf(lists, config.search.rrf_k)[:10]
+        return fuse(lists, config.search)[:10]
 
     result["modes"]["hybrid"], _ = time_queries(hybrid, list(range(n)))
     pool.shutdown()
@@ -227,7 +226,7 @@ def bench_search(corpus: Path, sizes: list[int], stores: list[str], n_real: int,
     result = {"corpus": str(corpus), "corpus_chunks": len(texts), "real_vectors": n_real,
               "synthetic_sigma": SYNTH_SIGMA, "model_id": get_embedder(config.embedder).model_id,
               "query_embed_ms": round(query_embed_ms, 2), "queries": n_queries,
-              "candidates_per_input": config.search.candidates, "runs": runs}
+              "candidates_per_input": config.search.candidates, "fusion": config.search.fusion, "runs": runs}
     result["plot"] = str(plot_search(result, Path(out_file).with_suffix(".png")))
     Path(out_file).write_text(json.dumps(result, indent=2), encoding="utf-8")
     return result

@@ -319,6 +319,7 @@ def bench_memory(
     fractions: list[float] = typer.Option([0.5, 1.0], "--fraction",
                                           help="Shares of the corpus, each ingested by a fresh process (repeatable)."),
     out_file: Path = typer.Option(Path("docs/bench/memory.json"), "--out", help="Where the JSON goes (PNG beside)."),
+    patterns: list[str] = typer.Option(["*.html", "*.htm"], "--pattern", help="File names to ingest (repeatable)."),
     work_dir: Optional[Path] = typer.Option(None, "--work-dir", help="Scratch folder (default: a temporary one)."),
     config: Optional[Path] = ConfigOpt,
     as_json: bool = JsonOpt,
@@ -327,7 +328,7 @@ def bench_memory(
     from kbflow.bench_memory import bench_memory as run_bench
 
     try:
-        result = run_bench(corpus, fractions, out_file, work_dir, config)
+        result = run_bench(corpus, fractions, out_file, work_dir, config, tuple(patterns))
     except KbflowError as exc:
         _fail(exc)
     if as_json:

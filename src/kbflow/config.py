@@ -202,10 +202,14 @@ class SearchConfig(_Section):
         None, description="Drop hits scoring below this, in the mode's own unit: cosine similarity -1..1 (vector), "
         "BM25 score ≥ 0 (bm25), fused score (hybrid: RRF sum ≤ 2/(rrf_k+1), weighted 0..1), reranker score (rerank). "
         "Empty keeps every hit.")
-    mode: Literal["vector", "bm25", "hybrid", "rerank"] = Field("vector", description="Default search mode.")
-    fusion: Literal["rrf", "weighted"] = Field("rrf", description="How hybrid merges vector and BM25 candidates.")
+    mode: Literal["vector", "bm25", "hybrid", "rerank"] = Field(
+        "hybrid", description="Default search mode. Hybrid (vector + BM25) beat both of its inputs on the English "
+        "and the Chinese eval sets with the default fusion (README: Retrieval quality by mode).")
+    fusion: Literal["rrf", "weighted"] = Field(
+        "weighted", description="How hybrid merges vector and BM25 candidates: 'weighted' min-max-scaled sum (the "
+        "measured default) or 'rrf' reciprocal rank fusion.")
     rrf_k: int = Field(60, ge=1, description="RRF constant: score = sum of 1/(rrf_k + rank).")
-    vector_weight: float = Field(0.5, ge=0, le=1, description="Weighted fusion: share of the min-max-scaled vector "
+    vector_weight: float = Field(0.3, ge=0, le=1, description="Weighted fusion: share of the min-max-scaled vector "
                                  "score; BM25 gets the rest.")
     candidates: int = Field(50, ge=1, le=2000, description="Candidates fetched from each of vector and BM25 for hybrid.")
     vector_index_min_rows: int = Field(

@@ -47,12 +47,23 @@ def test_vector_bm25_and_hybrid_find_the_right_document(kb):
     assert chinese[0].source_path == "docs/chinese.md" and chinese[0].score > 0
 
 
-def test_hybrid_is_rrf_of_its_inputs(kb):
+@pytest.mark.parametrize("fusion_kind", ["weighted", "rrf"])
+def test_hybrid_fuses_its_inputs(kb, fusion_kind):
+    """The default (weighted min-max, vector 0.3) and RRF (k=60), through the searcher as users call it."""
     query = "restore the server from backups"
-    vector = kb.search(query, mode="vector", limit=50)
-    bm25 = kb.search(query, mode="bm25", limit=50)
-    hybrid = kb.search(query, mode="hybrid", limit=10)
-    expected = fusion.rrf({"vector": vector, "bm25": bm25}, k=60)[:10]
+    searcher = kb.searcher
+    default = searcher.config
+    assert (default.search.mode, default.search.fusion, default.search.vector_weight) == ("hybrid", "weighted", 0.3)
+    searcher.config = default.model_copy(update={"search": default.search.model_copy(update={"fusion": fusion_kind})})
+    try:
+        vector = kb.search(query, mode="vector", limit=50)
+        bm25 = kb.search(query, mode="bm25", limit=50)
+        hybrid = kb.search(query, limit=10)  # the configured mode: hybrid
+    finally:
+        searcher.config = default
+    lists = {"vector": vector, "bm25": bm25}
+    expected = (fusion.rrf(lists, k=60) if fusion_kind == "rrf"
+                else fusion.weighted(lists, {"vector": 0.3, "bm25": 0.7}))[:10]
     assert [h.chunk_id for h in hybrid] == [h.chunk_id for h in expected]
     assert [h.score for h in hybrid] == pytest.approx([h.score for h in expected])
 

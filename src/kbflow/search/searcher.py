@@ -43,6 +43,13 @@ def candidate_lists(store, query_vector: Callable[[], np.ndarray], terms: list[s
     return {"vector": store.search_vector(query_vector(), depth, where), "bm25": store.search_text(terms, depth, where)}
 
 
+def fuse(lists: dict[str, list[Hit]], settings) -> list[Hit]:
+    """Hybrid's one ranked list from the vector and BM25 candidates, as ``search.fusion`` says."""
+    if settings.fusion == "rrf":
+        return fusion.rrf(lists, settings.rrf_k)
+    return fusion.weighted(lists, {"vector": settings.vector_weight, "bm25": 1 - settings.vector_weight})
+
+
 class Searcher:
     def __init__(self, config: KbConfig, namespace: str | None = None):
         self.config = config
@@ -121,10 +128,7 @@ class Searcher:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kbflow-bm25")
         lists = candidate_lists(self.store, lambda: embed_query(self.embedder, vector_text), words(bm25_text), depth,
                                 where, self._pool)
-        if settings.fusion == "rrf":
-            fused = fusion.rrf(lists, settings.rrf_k)
-        else:
-            fused = fusion.weighted(lists, {"vector": settings.vector_weight, "bm25": 1 - settings.vector_weight})
+        fused = fuse(lists, settings)
         if mode == "hybrid":
             return fused
         return self.rerank(query, fused[:settings.rerank.candidates])
