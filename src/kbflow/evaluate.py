@@ -137,7 +137,8 @@ def _eval(corpus, queries, qrels, folder: Path, work: Path, config, data_dir, na
     return {"dataset": str(folder), "namespace": namespace, "documents": len(corpus), "queries": len(labelled),
             "chunks": chunks, "subset": subset, "model_id": searcher.embedder.model_id,
             "chunking": settings.chunking.model_dump(),
-            "fusion": settings.search.model_dump(include={"fusion", "rrf_k", "vector_weight"}), "mode": runs[0]["mode"], "metrics": runs[0]["metrics"],
+            "fusion": settings.search.model_dump(include={"fusion", "rrf_k", "vector_weight"}),
+            "mode": runs[0]["mode"], "metrics": runs[0]["metrics"],
             "ingest_s": round(ingest_s, 2), "search_ms_per_query": runs[0]["search_ms_per_query"], "runs": runs}
 
 
