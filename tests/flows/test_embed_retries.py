@@ -21,7 +21,7 @@ KEY = "sk-flow-test"
 
 
 @pytest.fixture
-def server(monkeypatch):
+def server(monkeypatch, own_backend):
     monkeypatch.setenv("KBFLOW_FLOW_TEST_KEY", KEY)
     with EmbeddingServer(key=KEY, max_batch=10, dimension=64, slow_s=1.5, retry_after="1") as running:
         yield running

@@ -42,7 +42,7 @@ async def prefect_texts() -> str:
     return "\n".join([log.message for log in logs] + [repr(a.data) + repr(a.description) for a in artifacts])
 
 
-def test_planted_key_appears_nowhere(docs_dir, tmp_path, monkeypatch):
+def test_planted_key_appears_nowhere(docs_dir, tmp_path, monkeypatch, own_backend):
     monkeypatch.setenv(ENV, KEY)
     with EmbeddingServer(key=KEY, max_batch=10, dimension=64) as server:
         config = config_for(tmp_path, server)
