@@ -18,7 +18,7 @@ from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.tasks import exponential_backoff
 
-from kbflow import housekeeping, progress
+from kbflow import housekeeping, memory, progress
 from kbflow.chunk import chunker_fingerprint
 from kbflow.config import KbConfig, check_namespace, load_config
 from kbflow.convert import converter_fingerprint, text_documents, text_sources
@@ -49,7 +49,8 @@ from kbflow.snapshots import clean_temporaries, write_table
 from kbflow.stores import open_store
 from kbflow.stores.factory import store_uri
 from tasks.artifacts import progress_artifact, publish_summary
-from tasks.stages import batch_key, chunk_task, convert_task, delete_task, embed_task, split_task, upsert_task
+from tasks.stages import (batch_key, chunk_task, convert_task, delete_task, embed_task, index_task, split_task,
+                          upsert_task)
 
 MAX_WORKERS = 8  # hard bound of the task runner's threads; flow.max_workers bounds what one run submits at once
 STAGES = ("scan", "convert", "split", "chunk", "embed", "upsert")
@@ -140,6 +141,7 @@ def ingest(
         write_table(plan.table(), run.run_dir / "plan.parquet")
         failpoint("plan.written")
         run.store = open_store(config, state.store_namespace(), embedder.dimension)
+        run.store.defer_vector_index = True  # built once after the last batch, not on top of a batch's memory
         run.cache = VectorCache(store_uri(config), embedder.model_id, embedder.dimension)
         with progress_artifact(namespace, len(plan.todo), config.flow.doc_batch):  # moves per embed batch
             _ingest_batches(run, plan, {f"text:{t['doc_id']}": t["text"] for t in texts})
@@ -150,6 +152,16 @@ def ingest(
             failpoint("delete.after_store")
             state.update_manifest(manifest_rows([], CHUNKS.empty_table(), run.fingerprints, run_id), removed_ids)
             run.timed("upsert", started)
+        started = time.perf_counter()
+        run.store.defer_vector_index = False
+        try:
+            run.summary["store"]["indexes"] = index_task(run.store)
+        except Exception as exc:  # nothing stored is at stake: searches scan exactly until an index exists
+            run.failures.append({"stage": "index", "error_type": type(exc).__name__,
+                                 "message": f"refreshing the indexes of {namespace!r} failed: {str(exc)[:500]}; "
+                                            "searches stay correct (unindexed rows are scanned) and the next "
+                                            "write retries"})
+        run.timed("upsert", started)
         failpoint("run.finishing")
         write_table(failure_rows(run.failures), run.run_dir / "failures.parquet")
         run.summary["store"]["count"] = run.store.count()
@@ -240,6 +252,8 @@ def _ingest_batches(run: Run, plan: Plan, texts_by_path: dict[str, str]) -> None
         started = time.perf_counter()
         _upsert(run, documents, chunks, vectors, failed_keys, first, last)
         run.timed("upsert", started, last + 1, len(todo))
+        del file_docs, text_docs, documents, sections, chunks, vectors
+        memory.trim()  # the batch is written: hand its freed pages back before the next one
 
 
 def _embed(run: Run, chunks: pa.Table, embed) -> tuple[dict, set[str]]:

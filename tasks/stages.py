@@ -147,3 +147,10 @@ def upsert_task(store, doc_ids: list[str], rows: pa.Table, first: int, last: int
 @task(name="delete", cache_policy=NO_CACHE, task_run_name="delete {count} removed docs")
 def delete_task(store, doc_ids: list[str], count: int) -> int:
     return store.delete_documents(doc_ids)
+
+
+@task(name="index", cache_policy=NO_CACHE, task_run_name="refresh indexes",
+      retries=2, retry_delay_seconds=[1, 5], retry_condition_fn=retry_only_transient)
+def index_task(store) -> dict:
+    """After an ingest's last batch: build the vector index if the table has grown to need one, update stale ones."""
+    return store.refresh_indexes()

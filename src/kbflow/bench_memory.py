@@ -79,7 +79,9 @@ def _child(source: str, data_dir: str, config: str | None) -> None:
     """Run in the measured process: one ingest, then its summary and peak RSS as one JSON line."""
     import resource
 
-    from kbflow import api
+    from kbflow import api, memory
+
+    memory.limit_arenas()  # as the kbflow command does
 
     summary = api.ingest([source], "bench-memory", config or None, Path(data_dir))
     print(json.dumps({"chunks": summary["store"]["count"], "embedded": summary["chunks"]["embedded"],

@@ -115,7 +115,8 @@ def table_rows(texts: list[str], real: np.ndarray, size: int, rng) -> pa.Table:
         "ordinal": pa.array([i % 20 for i in range(size)], pa.int32()),
         "heading_path": pa.array([[] for _ in range(size)], pa.list_(pa.string())),
         "text": pa.array(rows_text, pa.large_string()),
-        "text_tokens": pa.array([tokens_of.setdefault(t, tokens_text(t)) for t in rows_text], pa.large_string()),
+        "text_tokens": pa.array([tokens_of[t] if t in tokens_of else tokens_of.setdefault(t, tokens_text(t))
+                                 for t in rows_text], pa.large_string()),  # each distinct text cut once
         "char_start": pa.array([0] * size, pa.int64()), "char_end": pa.array([len(t) for t in rows_text], pa.int64()),
         "n_tokens": pa.array([0] * size, pa.int32()), "embed_sha256": pa.array([""] * size),
         "vector": pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1), pa.float32()), dim),

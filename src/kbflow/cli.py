@@ -10,9 +10,11 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from kbflow import memory
 from kbflow.environment import set_quiet_offline_defaults
 
 set_quiet_offline_defaults()  # before Prefect and transformers read their settings
+memory.limit_arenas()  # before any thread allocates (kbflow.memory); child processes get MALLOC_ARENA_MAX
 
 import typer  # noqa: E402
 from rich.console import Console  # noqa: E402

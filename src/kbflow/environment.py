@@ -16,6 +16,9 @@ DEFAULTS = {
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",  # no network from here: telemetry only logs errors
     # the temporary server a serverless run starts needs more than Prefect's 20 s on a busy 2-core machine
     "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180",
+    # glibc: at most two malloc arenas in the processes kbflow starts (conversion workers, the temporary Prefect
+    # server); the kbflow process itself sets the same with mallopt (kbflow.memory)
+    "MALLOC_ARENA_MAX": "2",
 }
 
 

@@ -250,3 +250,26 @@ def test_bench_ingest_reports_phases_and_writes_json_and_plot(tmp_path, counting
     assert result["ratios"]["update_store_equals_fresh"] is True
     assert json.loads(out.read_text())["ratios"] == result["ratios"]
     assert out.with_suffix(".png").stat().st_size > 1000
+
+
+def test_vector_index_is_built_after_the_last_batch_not_during_them(docs_dir, tmp_path, counting, monkeypatch):
+    """Building an ANN index takes memory in proportion to the table; an ingest builds it once, after its batches
+    are written and freed, so the two peaks do not add up (kbflow bench memory)."""
+    from kbflow import failpoints
+
+    data = tmp_path / "data"
+    monkeypatch.setenv("KBFLOW__SEARCH__VECTOR_INDEX_MIN_ROWS", "8")
+    monkeypatch.setenv("KBFLOW__SEARCH__VECTOR_INDEX_TYPE", "IVF_FLAT")
+    monkeypatch.setenv("KBFLOW__FLOW__DOC_BATCH", "1")
+    monkeypatch.setenv(failpoints.ENV, "upsert.done=4:raise")  # the run dies after its last batch is written
+    failpoints.reset()
+    with pytest.raises(failpoints.FailpointError):
+        run(docs_dir, data)
+    interrupted = store_of(data).stats()
+    assert interrupted["rows"] >= 8 and set(interrupted["indexes"]) == {"text_tokens"}  # no vector index yet
+
+    monkeypatch.delenv(failpoints.ENV)
+    summary = run(docs_dir, data)
+    assert summary["documents"]["unchanged"] == 4 and summary["store"]["indexes"] == {"vector": "created IVF_FLAT"}
+    assert store_of(data).stats()["indexes"]["vector"]["unindexed_rows"] == 0
+    assert run(docs_dir, data)["store"]["indexes"] == {}  # nothing left to do

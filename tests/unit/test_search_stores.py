@@ -183,3 +183,4 @@ def test_hnsw_search_deeper_than_its_beam(tmp_path):
     assert "vector" in store.stats()["indexes"]
     hits = store.search_vector(vectors[7], 100)
     assert len(hits) == 100 and hits[0].chunk_id == f"{7:032x}"
+

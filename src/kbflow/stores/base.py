@@ -49,6 +49,8 @@ class SearchFilter:
 class Store(Protocol):
     namespace: str
     dimension: int
+    concurrent_reads: bool  # two threads may search at once (hybrid runs BM25 beside the vector search)
+    defer_vector_index: bool  # writes leave the vector index to a later refresh_indexes() (an ingest's batches)
 
     def replace_documents(self, doc_ids: list[str], rows: pa.Table) -> None:
         """In one operation: upsert ``rows`` and delete every other chunk of ``doc_ids``."""
@@ -70,8 +72,9 @@ class Store(Protocol):
     def stats(self) -> dict:
         """rows, documents, bytes on disk and index state."""
 
-    def refresh_indexes(self) -> dict:
-        """Build or update the indexes the table's size calls for; returns what was done."""
+    def refresh_indexes(self, force_vector: bool = False, skip_vector: bool = False) -> dict:
+        """Build or update the indexes the table's size calls for; returns what was done. ``skip_vector``: not the
+        vector index (stores that build one on writes do so after an ingest's last batch, not during it)."""
 
     def rows(self, columns: list[str] | None = None) -> pa.Table:
         """Every row sorted by chunk id (verification and tests)."""

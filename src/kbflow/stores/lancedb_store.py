@@ -12,6 +12,11 @@ searched (exactly), so a stale index costs time, never results; how much time di
   ``FTS_STALE_ROWS`` rows wait outside it, whatever the table's size.
 
 Both updates are one ``optimize`` (about 4 s at 100k rows, against minutes of embedding per document batch).
+
+Building the vector index costs memory in proportion to the table (k-means and the HNSW graph over every row:
++180 MB at 13k rows of 512-d vectors). An ingest run sets ``defer_vector_index`` while it writes its batches and
+builds or updates that index once, after the last batch, when the batches' own memory is already freed, so the
+two peaks do not add up.
 """
 
 from __future__ import annotations
@@ -76,6 +81,7 @@ def where_sql(where: SearchFilter | None) -> str | None:
 
 class LanceStore:
     concurrent_reads = True  # searches from two threads at once are safe and run outside the GIL
+    defer_vector_index = False  # True: writes keep the full-text index fresh, the vector index waits for a refresh
     def __init__(self, uri: str | Path, namespace: str, dimension: int, vector_index_min_rows: int = 10_000,
                  vector_index_type: str = "IVF_HNSW_SQ", ann_nprobes: int = 20, ann_ef: int = 64,
                  ann_refine_factor: int | None = None):
@@ -116,7 +122,7 @@ class LanceStore:
     def upsert(self, rows: pa.Table) -> None:
         self.table.merge_insert("chunk_id").when_matched_update_all().when_not_matched_insert_all().execute(
             self._cast(rows))
-        self.refresh_indexes()
+        self._write_done()
 
     def replace_documents(self, doc_ids: list[str], rows: pa.Table) -> None:
         if len(doc_ids) > IN_LIST_MAX:
@@ -128,7 +134,7 @@ class LanceStore:
             .when_not_matched_by_source_delete(f"doc_id IN ({sql_list(doc_ids)})")
             .execute(self._cast(rows))
         )
-        self.refresh_indexes()
+        self._write_done()
 
     def delete_documents(self, doc_ids: list[str]) -> int:
         if not doc_ids or not self.exists():
@@ -148,8 +154,13 @@ class LanceStore:
         """How many rows may wait outside this index before it is updated (see the module docstring)."""
         return FTS_STALE_ROWS if column == FTS_COLUMN else INDEX_STALE_FRACTION * rows
 
-    def refresh_indexes(self, force_vector: bool = False) -> dict:
-        """Create the full-text index, the vector index when the table is big enough, and update stale ones."""
+    def _write_done(self) -> None:
+        self.refresh_indexes(skip_vector=self.defer_vector_index)
+
+    def refresh_indexes(self, force_vector: bool = False, skip_vector: bool = False) -> dict:
+        """Create the full-text index, the vector index when the table is big enough, and update stale ones;
+        ``skip_vector`` (an ingest's batches, see the module docstring) neither creates the vector index nor
+        updates it for its own sake; an ``optimize`` the full-text index needs still folds new rows into it."""
         done: dict[str, str] = {}
         if not self.exists():
             return done
@@ -163,7 +174,9 @@ class LanceStore:
                                         remove_stop_words=False, ascii_folding=False, with_position=False,
                                         max_token_length=None, replace=True)
             done[FTS_COLUMN] = "created"
-        if "vector" not in indexes and (rows >= self.vector_index_min_rows or force_vector):
+        if skip_vector:
+            indexes.pop("vector", None)
+        elif "vector" not in indexes and (rows >= self.vector_index_min_rows or force_vector):
             self.table.create_index(metric="cosine", vector_column_name="vector", index_type=self.vector_index_type,
                                     replace=True)
             done["vector"] = f"created {self.vector_index_type}"

