@@ -124,7 +124,7 @@ def ingest(
               summary={"namespace": namespace, "run_id": run_id, "dry_run": dry_run,
                        "documents": {"new": 0, "changed": 0, "unchanged": 0, "removed": 0, "failed": 0},
                        "chunks": {"total": 0, "embedded": 0, "reused": 0, "deleted": 0},
-                       "store": {"count": 0}, "failures": []})
+                       "store": {"count": 0, "indexes": {}}, "failures": []})
     if dry_run:
         plan = _plan(run, sources, texts)
         run.summary["plan"] = plan.table().to_pylist()

@@ -48,6 +48,19 @@ def _fail(exc: Exception) -> None:
     raise typer.Exit(2)
 
 
+def _run_bench(run, as_json: bool, show, out_file: Path) -> None:
+    """The tail every `kbflow bench` command shares: run it, exit 2 on a kbflow error, print JSON or ``show``."""
+    try:
+        result = run()
+    except KbflowError as exc:
+        _fail(exc)
+    if as_json:
+        _print_json(result)
+        return
+    show(result)
+    out.print(f"written to {out_file}")
+
+
 @app.command()
 def ingest(
     paths: list[Path] = typer.Argument(None, help="Files and folders to ingest, recursively (default: config sources)."),
@@ -303,15 +316,8 @@ def bench_ingest(
     """Full ingest, no-op re-run, optional update, and the raw-encode floor, timed in one process."""
     from kbflow.bench import bench_ingest as run_bench
 
-    try:
-        result = run_bench(corpus, update_to, out_file, work_dir, config)
-    except KbflowError as exc:
-        _fail(exc)
-    if as_json:
-        _print_json(result)
-    else:
-        out.print_json(json.dumps(result["ratios"]))
-        out.print(f"written to {out_file}")
+    _run_bench(lambda: run_bench(corpus, update_to, out_file, work_dir, config), as_json,
+               lambda result: out.print_json(json.dumps(result["ratios"])), out_file)
 
 
 @bench_app.command("memory")
@@ -329,17 +335,14 @@ def bench_memory(
     """Peak memory of an ingest per share of the corpus: bounded by batch size, or growing with the corpus?"""
     from kbflow.bench_memory import bench_memory as run_bench
 
-    try:
-        result = run_bench(corpus, fractions, out_file, work_dir, config, tuple(patterns))
-    except KbflowError as exc:
-        _fail(exc)
-    if as_json:
-        _print_json(result)
-        return
-    for share in result["shares"]:
-        out.print(f"{share['fraction']:g} of the corpus: {share['files']} files, {share['chunks']} chunks, "
-                  f"{share['wall_s']} s, peak RSS {share['peak_rss_mb']} MB (with children {share['peak_tree_rss_mb']} MB)")
-    out.print(f"written to {out_file}")
+    def show(result: dict) -> None:
+        for share in result["shares"]:
+            out.print(f"{share['fraction']:g} of the corpus: {share['files']} files, {share['chunks']} chunks, "
+                      f"{share['wall_s']} s, peak RSS {share['peak_rss_mb']} MB (with children "
+                      f"{share['peak_tree_rss_mb']} MB)")
+
+    _run_bench(lambda: run_bench(corpus, fractions, out_file, work_dir, config, tuple(patterns)), as_json, show,
+               out_file)
 
 
 @bench_app.command("search")
@@ -360,20 +363,17 @@ def bench_search(
     """Index build time, latency p50/p95/p99 and QPS per mode and store, ANN recall@10 vs exact, per table size."""
     from kbflow.bench_search import bench_search as run_bench
 
-    try:
-        result = run_bench(corpus, sizes, stores, real_vectors, queries, out_file, work_dir, config, slow_queries)
-    except KbflowError as exc:
-        _fail(exc)
-    if as_json:
-        _print_json(result)
-        return
-    for run in result["runs"]:
-        if "skipped" in run:
-            out.print(f"{run['store']} {run['rows']:,}: skipped ({run['skipped']})")
-            continue
-        out.print(f"{run['store']} {run['rows']:,}: " + ", ".join(
-            f"{mode} p50 {m['p50_ms']} ms" for mode, m in run["modes"].items()) + f", recall@10 {run['ann_recall@10']}")
-    out.print(f"written to {out_file}")
+    def show(result: dict) -> None:
+        for run in result["runs"]:
+            if "skipped" in run:
+                out.print(f"{run['store']} {run['rows']:,}: skipped ({run['skipped']})")
+                continue
+            out.print(f"{run['store']} {run['rows']:,}: " + ", ".join(
+                f"{mode} p50 {m['p50_ms']} ms" for mode, m in run["modes"].items())
+                + f", recall@10 {run['ann_recall@10']}")
+
+    _run_bench(lambda: run_bench(corpus, sizes, stores, real_vectors, queries, out_file, work_dir, config,
+                                 slow_queries), as_json, show, out_file)
 
 
 @bench_app.command("chunk")
@@ -387,15 +387,9 @@ def bench_chunk(
     """Split, token-count (model tokenizer and CJK estimate) and chunk ~100 MB of real converted text."""
     from kbflow.bench_chunk import bench_chunk as run_bench
 
-    try:
-        result = run_bench(corpus, out_file, target_mb, config)
-    except KbflowError as exc:
-        _fail(exc)
-    if as_json:
-        _print_json(result)
-    else:
-        out.print_json(json.dumps({k: result[k] for k in ("megabytes", "split", "count", "chunk")}))
-        out.print(f"written to {out_file}")
+    _run_bench(lambda: run_bench(corpus, out_file, target_mb, config), as_json,
+               lambda result: out.print_json(json.dumps({k: result[k] for k in ("megabytes", "split", "count",
+                                                                               "chunk")})), out_file)
 
 
 @app.command("convert")
@@ -445,16 +439,11 @@ def bench_convert(
     from kbflow.bench_convert import bench_convert as run_bench
     from kbflow.config import load_config
 
-    try:
-        result = run_bench(corpus, out_file, pdf, load_config(config).convert)
-    except KbflowError as exc:
-        _fail(exc)
-    if as_json:
-        _print_json(result)
-    else:
-        out.print_json(json.dumps({"formats": result["formats"], "pdf_speedup": result["pdf_speedup"],
-                                   "quality": result["quality"]}, ensure_ascii=False))
-        out.print(f"written to {out_file} and {out_file.with_suffix('.png')}")
+    _run_bench(lambda: run_bench(corpus, out_file, pdf, load_config(config).convert), as_json,
+               lambda result: out.print_json(json.dumps({"formats": result["formats"],
+                                                         "pdf_speedup": result["pdf_speedup"],
+                                                         "quality": result["quality"]}, ensure_ascii=False)),
+               out_file)
 
 
 @app.command()
@@ -544,21 +533,16 @@ def bench_embed(
     unknown = [name for name in names + ([pipeline] if pipeline else []) if name not in BACKENDS]
     if unknown:
         _fail(KbflowError(f"unknown backend(s) {unknown}: use {sorted(BACKENDS)}"))
-    try:
-        result = run_bench(corpus, limit, names, pipeline or None, out_file, work_dir)
-    except KbflowError as exc:
-        _fail(exc)
-    if as_json:
-        _print_json(result)
-        return
-    table = Table(title=f"embed: {result['chunks']} chunks")
-    for column in ("backend", "texts/s", "tokens/s", "cosine to fp32"):
-        table.add_column(column)
-    for row in result["backends"]:
-        table.add_row(row["backend"], str(row["texts_per_s"]), str(row["tokens_per_s"]),
-                      str(row.get("cosine_to_fp32", {}).get("mean", "")))
-    out.print(table)
-    out.print(f"written to {out_file}")
+    def show(result: dict) -> None:
+        table = Table(title=f"embed: {result['chunks']} chunks")
+        for column in ("backend", "texts/s", "tokens/s", "cosine to fp32"):
+            table.add_column(column)
+        for row in result["backends"]:
+            table.add_row(row["backend"], str(row["texts_per_s"]), str(row["tokens_per_s"]),
+                          str(row.get("cosine_to_fp32", {}).get("mean", "")))
+        out.print(table)
+
+    _run_bench(lambda: run_bench(corpus, limit, names, pipeline or None, out_file, work_dir), as_json, show, out_file)
 
 
 def _finish_run(summary: dict, as_json: bool) -> None:
