@@ -82,6 +82,7 @@ def where_sql(where: SearchFilter | None) -> str | None:
 class LanceStore:
     concurrent_reads = True  # searches from two threads at once are safe and run outside the GIL
     defer_vector_index = False  # True: writes keep the full-text index fresh, the vector index waits for a refresh
+
     def __init__(self, uri: str | Path, namespace: str, dimension: int, vector_index_min_rows: int = 10_000,
                  vector_index_type: str = "IVF_HNSW_SQ", ann_nprobes: int = 20, ann_ef: int = 64,
                  ann_refine_factor: int | None = None):
