@@ -280,7 +280,7 @@ def _embed(run: Run, chunks: pa.Table, embed) -> tuple[dict, set[str]]:
         if i + max_in_flight < len(parts):
             in_flight.append(submit(i + max_in_flight))
         try:
-            vectors.update(future.result())
+            vectors.update(zip(*future.result()))
             run.summary["chunks"]["embedded"] += len(part)
             failpoint("embed.batch_done")
         except Exception as exc:  # recorded with its chunk ids; those chunks are not stored, the next run retries

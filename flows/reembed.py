@@ -82,7 +82,7 @@ def reembed(namespace: str, model: str, config_path: str | None = None, data_dir
                    for i in range(0, len(missing), size)]
         for future, start in zip(futures, range(0, len(missing), size)):
             try:
-                vectors.update(future.result())
+                vectors.update(zip(*future.result()))
                 summary["embedded"] += len(missing[start:start + size])
             except Exception as exc:  # recorded; the namespace is not switched, a rerun resumes from the cache
                 summary["failures"].append({"stage": "reembed", "error_type": type(exc).__name__,

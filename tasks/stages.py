@@ -116,11 +116,15 @@ def chunk_task(documents: pa.Table, sections: pa.Table, counter: TokenCounter, c
 @task(name="embed", cache_policy=NO_CACHE, task_run_name="embed texts {first}-{last}",
       retry_condition_fn=retry_transient_honouring_retry_after, retry_jitter_factor=JITTER)
 def embed_task(keys: list[str], texts: list[str], embedder: Embedder, cache: VectorCache,
-               first: int, last: int, max_retry_after_s: float = 300.0) -> dict[str, np.ndarray]:
+               first: int, last: int, max_retry_after_s: float = 300.0) -> tuple[list[str], np.ndarray]:
     """Embed one batch, writing each provider request's vectors to the vector cache as soon as they arrive: a
     retry (or the next run) finds them there and embeds only what is left, so finished work is never redone.
 
-    Not a Prefect-cached task on purpose: the vector cache, keyed by (text sha256, model id), is its cache."""
+    Not a Prefect-cached task on purpose: the vector cache, keyed by (text sha256, model id), is its cache.
+
+    Returns (keys, one row per key) rather than a dict of vectors: Prefect links each direct member of a task's
+    result to the task run for the whole flow run (a tuple and a weak reference per vector), which pinned small
+    long-lived objects among each batch's garbage."""
     done = cache.lookup(keys) if (current_task_run.run_count or 1) > 1 else {}
     todo = [(key, text) for key, text in zip(keys, texts) if key not in done]
     step = max(1, getattr(embedder, "max_batch", len(todo) or 1))
@@ -134,7 +138,7 @@ def embed_task(keys: list[str], texts: list[str], embedder: Embedder, cache: Vec
         if exc.retry_after is not None:  # a service asking for an hour would stall the run: cap, then retry anyway
             exc.retry_after = min(exc.retry_after, max_retry_after_s)
         raise
-    return {key: done[key] for key in keys}
+    return keys, np.stack([done[key] for key in keys]) if keys else np.empty((0, 0), np.float32)
 
 
 @task(name="upsert", cache_policy=NO_CACHE, task_run_name="upsert docs {first}-{last}",
