@@ -13,11 +13,11 @@ from prefect.cache_policies import NO_CACHE
 from prefect.futures import as_completed
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from flows.ingest import ingest
+from kbflow.flows.ingest import ingest
 from kbflow.config import load_config
 from kbflow.deploy import BackfillRequest, backfill_targets, changed_since, load_named_config, sources_of
 from kbflow.errors import PermanentError
-from tasks.runners import with_task_runner
+from kbflow.tasks.runners import with_task_runner
 
 
 class BackfillFailed(PermanentError):

@@ -7,9 +7,9 @@ from pathlib import Path
 
 from prefect.schedules import Cron
 
-from flows.backfill import backfill
-from flows.ingest_request import ingest_request
-from flows.reembed import reembed
+from kbflow.flows.backfill import backfill
+from kbflow.flows.ingest_request import ingest_request
+from kbflow.flows.reembed import reembed
 from kbflow.config import KbConfig
 from kbflow.errors import ConfigError
 

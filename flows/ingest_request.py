@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from prefect import flow, get_run_logger
 
-from flows.ingest import ingest
+from kbflow.flows.ingest import ingest
 from kbflow.deploy import IngestRequest, failed_documents_message, load_named_config
 from kbflow.errors import PermanentError
-from tasks.runners import with_task_runner
+from kbflow.tasks.runners import with_task_runner
 
 
 class DocumentsFailed(PermanentError):

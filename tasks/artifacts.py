@@ -1,13 +1,16 @@
-"""Prefect artifacts of a run: overall progress (updated per embed batch), the summary table, the failures page.
+"""What a flow run shows in the Prefect UI besides its task runs: overall progress (moved by the engine's progress
+events), the summary table, the failures page, and the engine's log lines in the run's logs.
 
 The content comes from ``kbflow.report``; this module only publishes it.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from contextlib import contextmanager
 
+from prefect import get_run_logger
 from prefect.artifacts import (
     create_markdown_artifact,
     create_progress_artifact,
@@ -19,28 +22,33 @@ from kbflow import progress, report
 
 
 @contextmanager
-def progress_artifact(namespace: str, total_documents: int, doc_batch: int):
-    """A progress artifact for the run, moved by the flow's progress events from this thread only (a backfill
-    runs several namespaces in parallel threads; each updates its own artifact)."""
-    artifact_id = create_progress_artifact(
-        0.0, key=report.artifact_key(namespace, "progress"),
-        description=f"kbflow ingest of {namespace}: {total_documents} documents to process")
-    tracker = report.RunProgress(total_documents, doc_batch)
+def progress_artifact(namespace: str, doc_batch: int):
+    """A progress artifact for this run, created when the engine announces how many documents it will process
+    ("documents" event) and moved by its later events from this thread only (a backfill runs several namespaces
+    in parallel threads; each updates its own artifact)."""
     owner = threading.get_ident()
-    last = [0.0]
+    state: dict = {"id": None, "tracker": None, "last": 0.0}
 
     def on_event(stage: str, completed: int, total: int) -> None:
         if threading.get_ident() != owner:
             return
-        percent = tracker.update(stage, completed, total)
-        if percent is not None and percent != last[0]:
-            last[0] = percent
-            update_progress_artifact(artifact_id, round(percent, 1))
+        if stage == "documents":
+            state["tracker"] = report.RunProgress(total, doc_batch)
+            state["id"] = create_progress_artifact(
+                0.0, key=report.artifact_key(namespace, "progress"),
+                description=f"kbflow ingest of {namespace}: {total} documents to process")
+            return
+        if state["tracker"] is None:
+            return
+        percent = state["tracker"].update(stage, completed, total)
+        if percent is not None and percent != state["last"]:
+            state["last"] = percent
+            update_progress_artifact(state["id"], round(percent, 1))
 
     with progress.also_listening(on_event):
         yield
-    if last[0] != 100.0:  # nothing to process, or the last event did not land on the total
-        update_progress_artifact(artifact_id, 100.0)
+    if state["id"] is not None and state["last"] != 100.0:  # nothing to process, or the last event fell short
+        update_progress_artifact(state["id"], 100.0)
 
 
 def publish_summary(summary: dict) -> dict:
@@ -52,3 +60,45 @@ def publish_summary(summary: dict) -> dict:
     create_markdown_artifact(report.failures_markdown(summary), key=report.artifact_key(namespace, "failures"),
                              description=f"failures of kbflow {kind} {summary['run_id']} of {namespace}")
     return summary
+
+
+class _ToRunLogger(logging.Handler):
+    """Re-emits the engine's records from one thread (the flow run's) on that run's logger."""
+
+    def __init__(self, run_logger):
+        super().__init__(level=logging.INFO)
+        self.run_logger = run_logger
+        self.owner = threading.get_ident()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.thread == self.owner:
+            self.run_logger.log(record.levelno, record.getMessage())
+
+
+_forwarding = {"runs": 0, "saved": (logging.NOTSET, True)}
+_forwarding_lock = threading.Lock()
+
+
+@contextmanager
+def engine_logs_in_run():
+    """The engine logs through the standard ``kbflow`` logger (it never imports Prefect); inside a flow run its
+    INFO and higher lines go to the run's logger instead, so they appear in the run's logs in the UI (and on the
+    console as Prefect's own lines do, per PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL), once. Runs in parallel
+    threads (a backfill) each forward their own thread's lines."""
+    handler = _ToRunLogger(get_run_logger())
+    logger = logging.getLogger("kbflow")
+    with _forwarding_lock:
+        if _forwarding["runs"] == 0:
+            _forwarding["saved"] = (logger.level, logger.propagate)
+            logger.setLevel(logging.INFO)
+            logger.propagate = False
+        _forwarding["runs"] += 1
+        logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        with _forwarding_lock:
+            logger.removeHandler(handler)
+            _forwarding["runs"] -= 1
+            if _forwarding["runs"] == 0:
+                logger.level, logger.propagate = _forwarding["saved"]

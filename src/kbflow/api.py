@@ -1,20 +1,23 @@
 """The operations as plain Python functions; the CLI is a thin wrapper over these.
 
-``ingest`` and ``add_text`` run the Prefect flow ``flows/ingest.py:ingest`` (the flows folder sits beside the
-installed package in a checkout, or on ``sys.path``); the read side never touches Prefect.
+Writes (``ingest``, ``add_text``, ``reembed``) run the engine (``kbflow.engine``) either in this process or as a
+Prefect flow run (``kbflow.flows``), per ``flow.orchestrator`` (``orchestration``): the same stages, retries,
+snapshots and summary either way. The read side never touches Prefect.
 """
 
 from __future__ import annotations
 
-import importlib
-import sys
+import os
 from pathlib import Path
 
+from kbflow.engine.ingest import IngestJob
+from kbflow.engine.ingest import ingest as run_engine_ingest
+from kbflow.engine.reembed import reembed as run_engine_reembed
 from kbflow.config import KbConfig, check_namespace, load_config
 from kbflow.errors import ConfigError
-from kbflow.lock import NamespaceLock
-from kbflow.manifest import NamespaceState
 from kbflow.search.searcher import Searcher
+from kbflow.state.lock import NamespaceLock
+from kbflow.state.manifest import NamespaceState
 from kbflow.stores import Hit, SearchFilter, open_store
 
 
@@ -24,52 +27,68 @@ def _config(config: KbConfig | str | Path | None, data_dir: str | Path | None) -
     return load_config(config, data_dir=data_dir)
 
 
-def load_flow(name: str = "ingest"):
-    """The flow ``name`` of ``flows/<name>.py``."""
-    return getattr(load_module(name), name)
+def orchestration(config: KbConfig) -> str:
+    """'prefect' or 'direct': how a write runs under ``config``.
+
+    ``auto`` picks a Prefect flow run when a Prefect server is configured (``PREFECT_API_URL``): scheduled, UI and CI
+    runs, and anyone watching the UI, see the run with its task runs, artifacts and logs. Without a server a flow
+    run would first start a temporary one (15-30 s per process here, its records discarded at exit, a process
+    that a SIGKILL orphans), so the engine runs in this process instead: same stages, retries, snapshots and
+    summary, in about a second for a no-op. Process pools and Dask clusters are Prefect task runners, so
+    ``runner.kind`` other than threads always runs as a flow."""
+    choice = config.flow.orchestrator
+    if choice == "auto":
+        return "prefect" if os.environ.get("PREFECT_API_URL") or config.runner.kind != "threads" else "direct"
+    return choice
 
 
-def load_module(name: str):
-    """Import ``flows/<name>.py`` from the repository that holds this package (or from ``sys.path``)."""
-    repo_root = Path(__file__).resolve().parents[2]
-    if (repo_root / "flows" / f"{name}.py").exists() and str(repo_root) not in sys.path:
-        sys.path.insert(0, str(repo_root))
-    try:
-        module = importlib.import_module(f"flows.{name}")
-    except ModuleNotFoundError as exc:
-        raise ConfigError(
-            f"cannot import flows/{name}.py ({exc}); run kbflow from a checkout of the repository "
-            "(pip install -e .) or put the repository root on PYTHONPATH"
-        ) from exc
-    return module
+def _run_ingest(config: KbConfig, job: IngestJob) -> dict:
+    if orchestration(config) == "direct":
+        return run_engine_ingest(config, job)
+    from kbflow.flows.ingest import ingest as ingest_flow
+    from kbflow.tasks.runners import with_task_runner
+
+    flow = with_task_runner(ingest_flow, config)  # threads, processes or dask, as configured
+    return flow(sources=job.sources, namespace=job.namespace, texts=job.texts or None, dry_run=job.dry_run,
+                force=job.force, allow_mass_delete=job.allow_mass_delete, config=config)
 
 
-def ingest(sources: list[str] | None, namespace: str | None = None, config: str | Path | None = None,
+def ingest(sources: list[str] | None, namespace: str | None = None, config: KbConfig | str | Path | None = None,
            data_dir: str | Path | None = None, dry_run: bool = False, force: bool = False,
            allow_mass_delete: bool = False) -> dict:
-    """Run the ingest flow over files and folders; returns the run summary."""
+    """Ingest files and folders (changed ones only); returns the run summary."""
     for source in sources or []:
-        if not Path(source).exists():  # fail before starting a flow run
+        if not str(source).strip():
+            raise ConfigError("an empty source path was given; pass an existing file or folder (an empty string "
+                              "would mean the current directory)")
+        if not Path(source).exists():  # fail before any work
             raise ConfigError(f"source {str(source)!r} does not exist: pass an existing file or folder")
-    flow = load_flow("ingest")
-    from tasks.runners import with_task_runner  # beside flows/; load_flow put the repository on sys.path
-
-    flow = with_task_runner(flow, _config(config, data_dir))  # threads, processes or dask, as configured
-    return flow(sources=[str(s) for s in sources] if sources else None, namespace=namespace,
-                config_path=str(config) if config else None, data_dir=str(data_dir) if data_dir else None,
-                dry_run=dry_run, force=force, allow_mass_delete=allow_mass_delete)
+    cfg = _config(config, data_dir)
+    return _run_ingest(cfg, IngestJob([str(s) for s in sources] if sources else None, namespace,
+                                             dry_run=dry_run, force=force, allow_mass_delete=allow_mass_delete))
 
 
-def add_text(text: str, doc_id: str, namespace: str | None = None, config: str | Path | None = None,
+def add_text(text: str, doc_id: str, namespace: str | None = None, config: KbConfig | str | Path | None = None,
              data_dir: str | Path | None = None) -> dict:
     """Add (or replace) one text as a document with a caller-chosen id."""
     if not text.strip():
         raise ConfigError("add_text got an empty text; pass the text to add")
     if not doc_id.strip():
         raise ConfigError("add_text needs a non-empty doc_id")
-    flow = load_flow("ingest")
-    return flow(sources=None, namespace=namespace, config_path=str(config) if config else None,
-                data_dir=str(data_dir) if data_dir else None, texts=[{"doc_id": doc_id, "text": text}])
+    return _run_ingest(_config(config, data_dir), IngestJob([], namespace, [{"doc_id": doc_id, "text": text}]))
+
+
+def reembed(namespace: str, model: str, config: KbConfig | str | Path | None = None,
+            data_dir: str | Path | None = None, eval_beir: str | Path | None = None,
+            max_ndcg_drop: float = 0.0) -> dict:
+    """Re-embed a namespace's chunks with ``model`` into a new table; switch only when complete."""
+    cfg = _config(config, data_dir)
+    beir = str(eval_beir) if eval_beir else None
+    if orchestration(cfg) == "direct":
+        return run_engine_reembed(cfg, namespace, model, beir, max_ndcg_drop)
+    from kbflow.flows.reembed import reembed as reembed_flow
+
+    return reembed_flow(namespace=namespace, model=model, eval_beir=beir, max_ndcg_drop=max_ndcg_drop, config=cfg)
 
 
 def search(query: str, namespace: str | None = None, limit: int | None = None, min_score: float | None = None,

@@ -284,12 +284,8 @@ def reembed(
     """Re-embed a namespace's chunks with another model into a new table; switch only when complete.
 
     The old table stays until `kbflow prune`. Afterwards, configure the new model for this namespace."""
-    from kbflow.api import load_flow
-
     try:
-        result = load_flow("reembed")(namespace=namespace, model=model, config_path=str(config) if config else None,
-                                      data_dir=str(data_dir) if data_dir else None,
-                                      eval_beir=str(eval_beir) if eval_beir else None, max_ndcg_drop=max_ndcg_drop)
+        result = api.reembed(namespace, model, config, data_dir, eval_beir, max_ndcg_drop)
     except KbflowError as exc:
         _fail(exc)
     if as_json:
@@ -314,7 +310,7 @@ def bench_ingest(
     as_json: bool = JsonOpt,
 ) -> None:
     """Full ingest, no-op re-run, optional update, and the raw-encode floor, timed in one process."""
-    from kbflow.bench import bench_ingest as run_bench
+    from kbflow.bench.ingest import bench_ingest as run_bench
 
     _run_bench(lambda: run_bench(corpus, update_to, out_file, work_dir, config), as_json,
                lambda result: out.print_json(json.dumps(result["ratios"])), out_file)
@@ -333,7 +329,7 @@ def bench_memory(
     as_json: bool = JsonOpt,
 ) -> None:
     """Peak memory of an ingest per share of the corpus: bounded by batch size, or growing with the corpus?"""
-    from kbflow.bench_memory import bench_memory as run_bench
+    from kbflow.bench.memory import bench_memory as run_bench
 
     def show(result: dict) -> None:
         for share in result["shares"]:
@@ -352,7 +348,7 @@ def bench_search(
     sizes: list[int] = typer.Option([10_000, 100_000], "--size", help="Table sizes in chunks (repeatable)."),
     stores: list[str] = typer.Option(["lancedb", "qdrant"], "--store", help="lancedb and/or qdrant (repeatable)."),
     real_vectors: int = typer.Option(2000, "--real-vectors", help="Chunks embedded by the real model; the rest of "
-                                     "the vectors are drawn around them (see kbflow.bench_search)."),
+                                     "the vectors are drawn around them (see kbflow.bench.search)."),
     queries: int = typer.Option(200, "--queries", help="Queries timed per mode."),
     slow_queries: int = typer.Option(50, "--slow-queries", help="Queries per mode for Qdrant local mode."),
     out_file: Path = typer.Option(Path("docs/bench/search.json"), "--out", help="Where the JSON result goes (PNG beside)."),
@@ -361,7 +357,7 @@ def bench_search(
     as_json: bool = JsonOpt,
 ) -> None:
     """Index build time, latency p50/p95/p99 and QPS per mode and store, ANN recall@10 vs exact, per table size."""
-    from kbflow.bench_search import bench_search as run_bench
+    from kbflow.bench.search import bench_search as run_bench
 
     def show(result: dict) -> None:
         for run in result["runs"]:
@@ -385,7 +381,7 @@ def bench_chunk(
     as_json: bool = JsonOpt,
 ) -> None:
     """Split, token-count (model tokenizer and CJK estimate) and chunk ~100 MB of real converted text."""
-    from kbflow.bench_chunk import bench_chunk as run_bench
+    from kbflow.bench.chunk import bench_chunk as run_bench
 
     _run_bench(lambda: run_bench(corpus, out_file, target_mb, config), as_json,
                lambda result: out.print_json(json.dumps({k: result[k] for k in ("megabytes", "split", "count",
@@ -402,7 +398,7 @@ def convert_files(
 ) -> None:
     """Write the Markdown the pipeline sees for each file; exit 1 when some files failed."""
     from kbflow.config import load_config
-    from kbflow.convert_run import convert_to_folder
+    from kbflow.convert.to_folder import convert_to_folder
 
     try:
         options = load_config(config).convert
@@ -436,7 +432,7 @@ def bench_convert(
     as_json: bool = JsonOpt,
 ) -> None:
     """Files/s and MB/s per format, the PDF fast path against MarkItDown, OCR CER and speech WER."""
-    from kbflow.bench_convert import bench_convert as run_bench
+    from kbflow.bench.convert import bench_convert as run_bench
     from kbflow.config import load_config
 
     _run_bench(lambda: run_bench(corpus, out_file, pdf, load_config(config).convert), as_json,
@@ -460,7 +456,8 @@ def serve(
 
     try:
         cfg = load_config(config)
-        deployments_module = api.load_module("deployments")
+        from kbflow.flows import deployments as deployments_module
+
         deployments = deployments_module.build_deployments(cfg, str(config))
         if list_only:
             for name, deployment in zip(deployments_module.deployment_names(deployments), deployments):
@@ -526,8 +523,8 @@ def bench_embed(
 ) -> None:
     """Texts/s and tokens/s of each local embedding backend on the same real chunks, cosine to fp32, and the
     pipeline's embed stage against a raw encode."""
-    from kbflow.bench_embed import BACKENDS
-    from kbflow.bench_embed import bench_embed as run_bench
+    from kbflow.bench.embed import BACKENDS
+    from kbflow.bench.embed import bench_embed as run_bench
 
     names = [name.strip() for name in backends.split(",") if name.strip()]
     unknown = [name for name in names + ([pipeline] if pipeline else []) if name not in BACKENDS]

@@ -41,7 +41,9 @@ class ConvertConfig(_Section):
         "auto", description="Speech recognition: 'pocketsphinx' (offline, English), 'dashscope' (needs the key), "
         "'auto' = DashScope when its API key variable is set, else PocketSphinx.")
     dashscope_api_key_env: str = Field("DASHSCOPE_API_KEY", description="Name of the environment variable holding the DashScope API key.")
-    dashscope_base_url: str = Field("https://dashscope.aliyuncs.com", description="DashScope endpoint (https://dashscope-intl.aliyuncs.com outside China).")
+    dashscope_base_url: str | None = Field(
+        None, description="DashScope API base for speech recognition (https://dashscope-intl.aliyuncs.com outside "
+        "China; a bare host means its /api/v1). Empty: DASHSCOPE_HTTP_BASE_URL, else the public endpoint.")
     dashscope_asr_model: str = Field("qwen3-asr-flash", description="DashScope speech recognition model.")
     dashscope_timeout_s: float = Field(120.0, gt=0, description="Per-request timeout for DashScope speech recognition.")
     dashscope_retries: int = Field(3, ge=0, le=10, description="Retries of a DashScope request on 429, 5xx and timeouts.")
@@ -133,10 +135,18 @@ class EmbedderConfig(_Section):
         "Empty means $XDG_CACHE_HOME/kbflow/onnx (~/.cache/kbflow/onnx).",
     )
     batch_size: int = Field(64, ge=1, le=4096, description="Texts per model forward pass.")
-    task_batch: int = Field(512, ge=1, description="Texts per embed task run: the unit that is retried.")
+    task_batch: int = Field(512, ge=1, description="Texts per embed stage call (one Prefect task run): "
+                            "the unit of progress; each provider request inside it is retried on its own.")
     device: str = Field("cpu", description="Torch device for the local model ('cpu', 'cuda').")
-    retries: int = Field(3, ge=0, le=20, description="Retries of a failed embed batch on transient errors.")
-    retry_backoff_s: float = Field(2.0, ge=0, description="First retry delay; doubled each attempt, with jitter.")
+    retries: int = Field(8, ge=0, le=50, description="Retries of one provider request on transient errors (429, "
+                         "5xx, timeouts), within retry_budget_s.")
+    retry_budget_s: float = Field(300.0, gt=0, description="Seconds one provider request may keep being retried "
+                                  "(Retry-After waits included) before the request counts as failed.")
+    retry_backoff_s: float = Field(2.0, ge=0, description="First retry delay; doubled each attempt, with jitter; "
+                                   "a longer Retry-After from the service wins.")
+    task_retries: int = Field(1, ge=0, le=10, description="Retries of a whole embed stage call after one of its "
+                              "requests ran out of retries; it resumes from the vector cache, so finished requests "
+                              "are not sent again.")
 
 
 class StoreConfig(_Section):
@@ -158,7 +168,13 @@ class FlowConfig(_Section):
     doc_batch: int = Field(
         100, ge=1, le=500, description="Documents per convert/split/chunk/upsert task run (one store commit)."
     )
-    max_workers: int = Field(2, ge=1, le=64, description="Threads of the Prefect task runner.")
+    max_workers: int = Field(2, ge=1, le=64, description="Embed stage calls in flight at once (plus one "
+                             "conversion running ahead).")
+    orchestrator: Literal["auto", "prefect", "direct"] = Field(
+        "auto", description="How `kbflow ingest`, `add-text`, `reembed` and the library run the engine: 'prefect' "
+        "as a Prefect flow run (task runs, artifacts, logs in the UI); 'direct' in this process with the same "
+        "stages and retries, no server; 'auto' = prefect when PREFECT_API_URL is set or runner.kind is not "
+        "'threads', else direct.")
     keep_runs: int = Field(20, ge=1, description="Run snapshot folders kept per namespace; older ones are pruned.")
     cache_days: float = Field(7.0, gt=0, description="Days a cached stage result stays valid; older result files are pruned.")
     max_delete_fraction: float = Field(
@@ -174,9 +190,9 @@ class RerankConfig(_Section):
     candidates: int = Field(50, ge=1, le=1000, description="Hybrid candidates the reranker scores per query.")
     batch_size: int = Field(32, ge=1, description="Query-passage pairs per cross-encoder forward pass.")
     dashscope_model: str = Field("gte-rerank-v2", description="DashScope rerank model name.")
-    dashscope_url: str = Field(
-        "https://dashscope.aliyuncs.com/api/v1/services/rerank/text-rerank/text-rerank",
-        description="DashScope rerank endpoint (a test points it at a local server).")
+    dashscope_url: str | None = Field(
+        None, description="DashScope rerank endpoint URL. Empty: <API base>/services/rerank/text-rerank/text-rerank, "
+        "the API base being DASHSCOPE_HTTP_BASE_URL or the public endpoint.")
     api_key_env: str = Field("DASHSCOPE_API_KEY", description="Environment variable holding the DashScope key (never the key).")
     timeout_s: float = Field(30.0, gt=0, description="Per-request time limit of the rerank API.")
     retries: int = Field(3, ge=0, le=20, description="Retries on 429, 5xx and timeouts.")

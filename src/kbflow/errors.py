@@ -23,6 +23,15 @@ class PermanentError(KbflowError):
     """Retrying cannot help: bad input, bad key, wrong dimension."""
 
 
+class AuthError(PermanentError):
+    """A remote service refused the API key (HTTP 401/403): every other request would be refused too."""
+
+
+class StoreBusy(TransientError):
+    """A store or file-system operation met a passing condition (a concurrent commit, a busy or locked file, a
+    network file system or object store timing out); the stage is retried."""
+
+
 class ConfigError(PermanentError):
     """The configuration is invalid; the message names the field and the fix."""
 

@@ -103,7 +103,7 @@ def eval_beir(folder: Path, config=None, data_dir: Path | None = None, namespace
 
 
 def _stored_subset(corpus, qrels, paths: dict[str, str], data_dir: Path, namespace: str):
-    from kbflow.manifest import NamespaceState
+    from kbflow.state.manifest import NamespaceState
 
     stored = {paths[p] for p in NamespaceState(data_dir, namespace).read_manifest().column("source_path").to_pylist()
               if p in paths}

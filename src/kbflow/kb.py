@@ -1,17 +1,13 @@
 """``KnowledgeBase``: one namespace as an object, for agent frameworks and scripts.
 
-The same functions as the CLI: writes run the ingest flow (``kbflow.api``), reads go through one ``Searcher``
-opened on first use and reopened after every write, so repeated searches load the model and open the store once.
+The same functions as the CLI: writes run the engine (``kbflow.api``: in this process, or as a Prefect flow run
+when a server is configured), reads go through one ``Searcher`` opened on first use and reopened after every
+write, so repeated searches load the model and open the store once.
 """
 
 from __future__ import annotations
 
-import atexit
-import os
-import tempfile
 from pathlib import Path
-
-import yaml
 
 from kbflow import api
 from kbflow.config import KbConfig, check_namespace
@@ -25,18 +21,7 @@ class KnowledgeBase:
                  data_dir: str | Path | None = None):
         self.config = api._config(config, data_dir)
         self.namespace = check_namespace(namespace or self.config.namespace)
-        self._config_file = self._flow_config_file(config)
         self._searcher: Searcher | None = None
-
-    def _flow_config_file(self, config) -> str:
-        """The flow reads its config from a file: a KbConfig object is written to a private temporary YAML."""
-        if isinstance(config, (str, Path)):
-            return str(config)
-        handle, path = tempfile.mkstemp(prefix="kbflow-kb-", suffix=".yaml")
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            yaml.safe_dump(self.config.model_dump(mode="json"), out, allow_unicode=True)
-        atexit.register(lambda: os.path.exists(path) and os.remove(path))
-        return path
 
     @property
     def searcher(self) -> Searcher:
@@ -50,11 +35,11 @@ class KnowledgeBase:
 
     def add_text(self, text: str, doc_id: str) -> dict:
         """Add (or replace, same ``doc_id``) a text as a document; returns the run summary."""
-        return self._written(api.add_text(text, doc_id, self.namespace, self._config_file, self.config.data_dir))
+        return self._written(api.add_text(text, doc_id, self.namespace, self.config))
 
     def add_document(self, path: str | Path) -> dict:
         """Ingest a file or folder (changed files only); returns the run summary."""
-        return self._written(api.ingest([str(path)], self.namespace, self._config_file, self.config.data_dir))
+        return self._written(api.ingest([str(path)], self.namespace, self.config))
 
     def search(self, query: str, limit: int | None = None, mode: str | None = None, min_score: float | None = None,
                source_glob: str | None = None, heading_prefix: list[str] | None = None,

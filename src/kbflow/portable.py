@@ -37,7 +37,7 @@ def _reduce_local_embedder(embedder):
 
 
 def _vector_cache(uri: str, model_id: str, dimension: int):
-    from kbflow.embed.cache import VectorCache
+    from kbflow.stores.vector_cache import VectorCache
 
     return VectorCache(uri, model_id, dimension)  # a fresh connection: another process may have written since
 
@@ -75,7 +75,7 @@ def _reduce_qdrant_store(store):
 
 def register() -> None:
     """Install the recipes (idempotent). The API key of a Qdrant server travels as its variable's name only."""
-    from kbflow.embed.cache import VectorCache
+    from kbflow.stores.vector_cache import VectorCache
     from kbflow.embed.local import LocalEmbedder
     from kbflow.stores.lancedb_store import LanceStore
     from kbflow.stores.qdrant_store import QdrantStore

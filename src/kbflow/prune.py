@@ -13,11 +13,11 @@ from pathlib import Path
 
 import lancedb
 
-from kbflow import housekeeping
+from kbflow.state import housekeeping
 from kbflow.config import KbConfig, check_namespace
-from kbflow.lock import NamespaceLock
-from kbflow.manifest import NamespaceState
-from kbflow.reembed import remove_superseded
+from kbflow.state.lock import NamespaceLock
+from kbflow.state.manifest import NamespaceState
+from kbflow.engine.reembed import remove_superseded
 from kbflow.stores.factory import store_uri
 
 

@@ -18,9 +18,9 @@ import numpy as np
 
 from kbflow.config import KbConfig
 from kbflow.embed import get_embedder
-from kbflow.embed.cache import VectorCache
+from kbflow.stores.vector_cache import VectorCache
 from kbflow.errors import ConfigError
-from kbflow.manifest import NamespaceState
+from kbflow.state.manifest import NamespaceState
 from kbflow.schemas import MANIFEST
 from kbflow.stores import open_store
 from kbflow.stores.factory import store_uri

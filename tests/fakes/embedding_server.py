@@ -102,7 +102,7 @@ class EmbeddingServer:
                 else:
                     return self._send(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
                 with server._lock:
-                    server.requests.append({"kind": kind, "texts": texts, "body": request,
+                    server.requests.append({"kind": kind, "texts": texts, "body": request, "at": time.monotonic(),
                                             "auth": self.headers.get("Authorization")})
                 error = server._error(kind, texts, self.headers.get("Authorization"))
                 if error is not None:

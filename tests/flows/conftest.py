@@ -15,10 +15,10 @@ def prefect_harness():
 @pytest.fixture
 def counting(monkeypatch, real_embedder):
     """Every flow run in the test embeds through this counter."""
-    import flows.ingest
+    import kbflow.engine.ingest
 
     counter = CountingEmbedder(real_embedder)
-    monkeypatch.setattr(flows.ingest, "get_embedder", lambda config: counter)
+    monkeypatch.setattr(kbflow.engine.ingest, "get_embedder", lambda config: counter)
     return counter
 
 

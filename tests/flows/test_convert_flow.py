@@ -9,7 +9,7 @@ from http.server import ThreadingHTTPServer
 import pyarrow.parquet as pq
 import yaml
 
-from flows.ingest import ingest
+from kbflow.flows.ingest import ingest
 from tests.conftest import CASES
 from tests.unit.test_dashscope_asr import KEY, FakeDashScope, success
 

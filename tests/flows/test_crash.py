@@ -18,10 +18,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flows.ingest import ingest
-from kbflow.embed.cache import VectorCache
-from kbflow.manifest import NamespaceState
-from kbflow.snapshots import TMP_SUFFIX
+from kbflow.flows.ingest import ingest
+from kbflow.stores.vector_cache import VectorCache
+from kbflow.state.manifest import NamespaceState
+from kbflow.state.snapshots import TMP_SUFFIX
 from kbflow.stores.lancedb_store import LanceStore
 from tests.conftest import CASES
 from tests.flows.conftest import subprocess_env

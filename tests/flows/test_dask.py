@@ -8,10 +8,10 @@ import shutil
 import numpy as np
 import pytest
 
-from flows.ingest import ingest
+from kbflow.flows.ingest import ingest
 from kbflow.config import load_config
 from kbflow.stores.lancedb_store import LanceStore
-from tasks.runners import task_runner_for, with_task_runner
+from kbflow.tasks.runners import task_runner_for, with_task_runner
 from tests.conftest import CASES
 
 distributed = pytest.importorskip("distributed")

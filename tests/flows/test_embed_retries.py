@@ -10,10 +10,10 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from flows.ingest import ingest
+from kbflow.flows.ingest import ingest
 from kbflow.embed.factory import get_embedder
 from kbflow.config import load_config
-from kbflow.manifest import NamespaceState
+from kbflow.state.manifest import NamespaceState
 from kbflow.stores.lancedb_store import LanceStore
 from tests.fakes.embedding_server import EmbeddingServer
 

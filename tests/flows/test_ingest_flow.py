@@ -9,10 +9,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from flows.ingest import ingest
+from kbflow.flows.ingest import ingest
 from kbflow import api
 from kbflow.errors import DeletionGuardError, ModelMismatchError, PermanentError
-from kbflow.manifest import NamespaceState
+from kbflow.state.manifest import NamespaceState
 from kbflow.stores.lancedb_store import LanceStore
 from tests.conftest import CASES
 
@@ -128,9 +128,9 @@ def test_upsert_failure_leaves_store_and_manifest_as_before(docs_dir, tmp_path, 
     assert failures.column("stage").to_pylist() == ["upsert"]
 
     monkeypatch.undo()
-    import flows.ingest
+    import kbflow.engine.ingest
 
-    monkeypatch.setattr(flows.ingest, "get_embedder", lambda config: counting)
+    monkeypatch.setattr(kbflow.engine.ingest, "get_embedder", lambda config: counting)
     counting.texts_embedded = 0
     again = run(docs_dir, data)
     assert again["documents"]["changed"] == 1 and again["documents"]["failed"] == 0
@@ -236,7 +236,7 @@ def test_qdrant_store_holds_the_same_chunks_as_lancedb(docs_dir, tmp_path, count
 
 
 def test_bench_ingest_reports_phases_and_writes_json_and_plot(tmp_path, counting):
-    from kbflow.bench import bench_ingest
+    from kbflow.bench.ingest import bench_ingest
 
     before, after = tmp_path / "v1" / "docs", tmp_path / "v2" / "docs"
     shutil.copytree(CASES / "docs", before)

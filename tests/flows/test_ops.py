@@ -10,8 +10,8 @@ import lancedb
 import pytest
 from typer.testing import CliRunner
 
-from flows.backfill import BackfillFailed, backfill
-from flows.ingest import ingest
+from kbflow.flows.backfill import BackfillFailed, backfill
+from kbflow.flows.ingest import ingest
 from kbflow import api
 from kbflow.cli import app
 from kbflow.deploy import BackfillRequest
@@ -83,7 +83,7 @@ def test_request_with_failed_documents_ends_failed_and_lists_them_in_an_artifact
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
-    from flows.ingest_request import DocumentsFailed, ingest_request
+    from kbflow.flows.ingest_request import DocumentsFailed, ingest_request
     from kbflow.deploy import IngestRequest
     from tests.conftest import CASES
 
@@ -106,7 +106,7 @@ def test_request_with_failed_documents_ends_failed_and_lists_them_in_an_artifact
 
 
 def test_deployments_come_from_the_config_and_a_bad_cron_names_its_entry(tmp_path):
-    from flows.deployments import build_deployments, deployment_names
+    from kbflow.flows.deployments import build_deployments, deployment_names
     from kbflow.config import load_config
     from kbflow.errors import ConfigError
 

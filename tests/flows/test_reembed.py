@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from flows.ingest import ingest
-from flows.reembed import reembed
+from kbflow.flows.ingest import ingest
+from kbflow.flows.reembed import reembed
 from kbflow import api
 from kbflow.config import EmbedderConfig, KbConfig
 from kbflow.errors import ConfigError, ModelMismatchError
-from kbflow.manifest import NamespaceState
-from kbflow.reembed import remove_superseded, superseded_tables
+from kbflow.state.manifest import NamespaceState
+from kbflow.engine.reembed import remove_superseded, superseded_tables
 from kbflow.stores.lancedb_store import LanceStore
 
 

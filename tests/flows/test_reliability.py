@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from flows.ingest import ingest
+from kbflow.flows.ingest import ingest
 from kbflow import failpoints
-from kbflow.lock import NamespaceLocked
-from kbflow.manifest import NamespaceState
+from kbflow.state.lock import NamespaceLocked
+from kbflow.state.manifest import NamespaceState
 from kbflow.stores.lancedb_store import LanceStore
 from tests.conftest import CASES
 from tests.flows.conftest import subprocess_env

@@ -125,7 +125,9 @@ def test_cli_search_modes_and_ask_without_llm(kbs, tmp_path, monkeypatch):
     kb = kbs["lancedb"]
     env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_BASE_URL", "OPENAI_API_KEY")}
     base = [sys.executable, "-m", "kbflow.cli"]
-    config = ["--config", kb._config_file, "--namespace", kb.namespace]
+    config_file = tmp_path / "kb.yaml"
+    config_file.write_text(yaml.safe_dump(kb.config.model_dump(mode="json")), encoding="utf-8")
+    config = ["--config", str(config_file), "--namespace", kb.namespace]
     run = subprocess.run([*base, "search", "每天晚上备份", "--mode", "bm25", "--json", *config],
                          capture_output=True, text=True, env=env, timeout=300)
     assert run.returncode == 0, run.stderr

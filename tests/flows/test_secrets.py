@@ -14,7 +14,7 @@ import yaml
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import LogFilter
 
-from flows.ingest import ingest
+from kbflow.flows.ingest import ingest
 from tests.fakes.embedding_server import EmbeddingServer
 
 KEY = "sk-planted-9f3c1e7a5b2d4c6e8f0a"

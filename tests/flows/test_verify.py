@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from flows.ingest import ingest
+from kbflow.flows.ingest import ingest
 from kbflow import api
-from kbflow.embed.cache import VectorCache
-from kbflow.manifest import NamespaceState
+from kbflow.stores.vector_cache import VectorCache
+from kbflow.state.manifest import NamespaceState
 from kbflow.stores.lancedb_store import LanceStore
 
 

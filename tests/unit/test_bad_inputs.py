@@ -16,9 +16,9 @@ from typer.testing import CliRunner
 
 from kbflow.cli import app
 from kbflow.config import ConvertConfig
-from kbflow.convert import convert_batch
-from kbflow.pipeline import conversion_failures
-from kbflow.scan import scan
+from kbflow.convert.converters import convert_batch
+from kbflow.engine.rows import conversion_failures
+from kbflow.convert.scan import scan
 from tests.conftest import CASES
 
 # source path (inside the test folder) -> words the failure message must hold (what went wrong, and the fix)
@@ -95,7 +95,7 @@ def test_an_escaping_zip_member_is_never_written(bad_dir, tmp_path):
 
 
 def test_the_pdf_password_comes_from_the_environment(monkeypatch):
-    from kbflow.convert import convert_file
+    from kbflow.convert.converters import convert_file
 
     monkeypatch.setenv("KBFLOW_PDF_PASSWORDS", "wrong-one\nkbflow-secret")
     markdown = convert_file(str(CASES / "bad" / "encrypted.pdf"), "bad/encrypted.pdf").markdown

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from kbflow.bench_memory import share_of, tree_rss_mb
+from kbflow.bench.memory import share_of, tree_rss_mb
 
 
 def test_share_takes_every_other_file_and_keeps_relative_paths(tmp_path):

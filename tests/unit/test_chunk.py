@@ -4,9 +4,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kbflow.chunk import chunk_document
-from kbflow.split import split_markdown
-from kbflow.tokens import EstimateTokenCounter
+from kbflow.chunk.chunker import chunk_document
+from kbflow.chunk.split import split_markdown
+from kbflow.chunk.tokens import EstimateTokenCounter
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,7 @@ import pytest
 
 from kbflow.config import ChunkConfig, load_config
 from kbflow.errors import ConfigError
-from kbflow.pipeline import resolve_chunk_tokens
+from kbflow.engine.rows import resolve_chunk_tokens
 
 
 def test_defaults_load_and_validate():

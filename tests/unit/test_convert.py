@@ -1,9 +1,9 @@
 import pytest
 
 from kbflow.config import ConvertConfig
-from kbflow.convert import convert_batch, convert_file, decode_text
+from kbflow.convert.converters import convert_batch, convert_file, decode_text
 from kbflow.errors import ConversionError
-from kbflow.scan import scan
+from kbflow.convert.scan import scan
 from tests.conftest import CASES
 
 

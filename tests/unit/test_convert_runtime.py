@@ -7,10 +7,10 @@ import time
 import zipfile
 
 from kbflow.config import ConvertConfig
-from kbflow.convert import convert_batch
-from kbflow.convert_cache import ConversionCache
-from kbflow.convert_pool import KillablePool
-from kbflow.scan import scan
+from kbflow.convert.converters import convert_batch
+from kbflow.convert.cache import ConversionCache
+from kbflow.convert.pool import KillablePool
+from kbflow.convert.scan import scan
 from tests.conftest import CASES
 
 
@@ -89,7 +89,7 @@ def test_zip_members_are_documents_of_their_own(tmp_path):
 
 
 def test_cache_keys_depend_only_on_what_a_format_uses():
-    from kbflow.convert import converter_fingerprint, format_fingerprint
+    from kbflow.convert.converters import converter_fingerprint, format_fingerprint
 
     offline, remote = ConvertConfig(audio_backend="pocketsphinx"), ConvertConfig(audio_backend="dashscope")
     assert converter_fingerprint(offline) != converter_fingerprint(remote)  # the manifest sees every option

@@ -12,9 +12,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from kbflow.config import ConvertConfig
-from kbflow.convert import convert_bytes, converter_fingerprint
+from kbflow.convert.converters import convert_bytes, converter_fingerprint
 from kbflow.errors import ConversionError, TransientError
-from kbflow.formats.dashscope_asr import ENDPOINT, DashScopeASR
+from kbflow.convert.formats.dashscope_asr import ENDPOINT, DashScopeASR
 from tests.conftest import CASES
 
 KEY = "sk-test-not-a-real-key-1234567890"
@@ -67,7 +67,7 @@ def server():
 
 
 def client(server, key=KEY, retries=2, timeout_s=5.0) -> DashScopeASR:
-    return DashScopeASR(key, f"http://127.0.0.1:{server.server_address[1]}", "qwen3-asr-flash", timeout_s, retries,
+    return DashScopeASR(key, f"http://127.0.0.1:{server.server_address[1]}/api/v1", "qwen3-asr-flash", timeout_s, retries,
                         backoff_s=0.01)
 
 
@@ -76,7 +76,7 @@ def test_request_wire_format_and_transcript(server):
     text = client(server).transcribe(WAV, ".wav", "audio/conf.wav")
     assert text == "You are currently the only person in this conference."
     request = server.requests[0]
-    assert request["path"] == ENDPOINT and request["auth"] == f"Bearer {KEY}"
+    assert request["path"] == "/api/v1" + ENDPOINT and request["auth"] == f"Bearer {KEY}"
     assert request["body"]["model"] == "qwen3-asr-flash"
     system, user = request["body"]["input"]["messages"]
     assert system == {"role": "system", "content": [{"text": ""}]} and user["role"] == "user"
@@ -105,7 +105,7 @@ def test_a_slow_answer_times_out_and_is_retried(server):
 
 def test_bad_key_fails_at_once_without_showing_the_key(server):
     wrong = "sk-wrong-key-abcdef"
-    with pytest.raises(ConversionError, match="refused the API key \\(HTTP 401 InvalidApiKey\\)") as info:
+    with pytest.raises(ConversionError, match="HTTP 401 InvalidApiKey.*API key was refused") as info:
         client(server, key=wrong).transcribe(WAV, ".wav", "a.wav")
     assert wrong not in str(info.value) and len(server.requests) == 1
 

@@ -3,7 +3,7 @@ import pyarrow as pa
 import pytest
 
 from kbflow.embed.base import check_vectors
-from kbflow.embed.cache import VectorCache
+from kbflow.stores.vector_cache import VectorCache
 from kbflow.errors import EmbeddingError
 from kbflow.schemas import store_schema
 from kbflow.stores.lancedb_store import LanceStore

@@ -7,9 +7,9 @@ import io
 import pytest
 
 from kbflow.config import ConvertConfig
-from kbflow.convert import convert_batch, convert_bytes, convert_file
-from kbflow.formats.html import SECTION_BREAK
-from kbflow.scan import scan
+from kbflow.convert.converters import convert_batch, convert_bytes, convert_file
+from kbflow.convert.formats.html import SECTION_BREAK
+from kbflow.convert.scan import scan
 from kbflow.textmetrics import cer, wer
 from tests.conftest import CASES
 
@@ -139,8 +139,8 @@ def test_ocr_reads_simplified_chinese():
     """The Chinese line of a real PDF, rendered to pixels (no CJK font is needed on the machine) and OCR'd."""
     import pypdfium2 as pdfium
 
-    from kbflow.formats.ocr import ocr_text
-    from kbflow.formats.pdf import render_page
+    from kbflow.convert.formats.ocr import ocr_text
+    from kbflow.convert.formats.pdf import render_page
 
     document = pdfium.PdfDocument(str(FORMATS / "multilang.pdf"))
     page, dpi = document[0], 150
@@ -155,7 +155,7 @@ def test_ocr_reads_simplified_chinese():
 
 
 def test_pdf_lines_become_headings_by_size_and_a_root_prompt_stays_text():
-    from kbflow.formats.pdf import Line, drop_running_lines, lines_to_markdown
+    from kbflow.convert.formats.pdf import Line, drop_running_lines, lines_to_markdown
 
     def page(number: int, topic: str) -> list[Line]:
         return [Line(f"Manual {number} / 9", 800, 810, 10.0), Line(f"1.{number} {topic}", 760, 772, 14.0),

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from kbflow.config import EmbedderConfig
-from kbflow.embed.counters import bisect_cut
+from kbflow.chunk.counters import bisect_cut
 from kbflow.embed.registry import build_embedder
 from kbflow.errors import ConfigError, EmbeddingError
 from tests.conftest import CASES

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from kbflow.lock import NamespaceLock, NamespaceLocked
+from kbflow.state.lock import NamespaceLock, NamespaceLocked
 
 
 def test_second_writer_is_refused_with_owner_and_start(tmp_path):

@@ -4,7 +4,7 @@ import cloudpickle
 import pytest
 
 from kbflow import portable
-from kbflow.embed.cache import VectorCache
+from kbflow.stores.vector_cache import VectorCache
 from kbflow.embed.local import LocalEmbedder
 from kbflow.errors import ConfigError
 from kbflow.stores.lancedb_store import LanceStore

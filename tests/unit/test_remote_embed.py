@@ -8,8 +8,8 @@ import pytest
 from kbflow.config import EmbedderConfig
 from kbflow.embed.ratelimit import RateLimiter
 from kbflow.embed.registry import build_embedder
-from kbflow.embed.remote import parse_retry_after
-from kbflow.errors import ConfigError, EmbeddingError, PermanentError, TransientError
+from kbflow.http import parse_retry_after
+from kbflow.errors import AuthError, ConfigError, EmbeddingError, PermanentError, TransientError
 from tests.fakes.embedding_server import EmbeddingServer, text_vector
 
 KEY = "sk-test-secret"
@@ -68,7 +68,7 @@ def test_openai_prefixes_are_sent_and_in_the_model_id(server, monkeypatch):
 @BOTH
 def test_429_is_transient_with_retry_after(kind, server, monkeypatch):
     server.script = ["429"]
-    embedder = make(kind, server, monkeypatch)
+    embedder = make(kind, server, monkeypatch, retries=0)
     with pytest.raises(TransientError) as caught:
         embedder.embed_documents(["a"])
     assert caught.value.retry_after == 1.0
@@ -76,22 +76,44 @@ def test_429_is_transient_with_retry_after(kind, server, monkeypatch):
 
 
 @BOTH
+def test_a_throttled_request_is_sent_again_after_retry_after(kind, server, monkeypatch):
+    server.script = ["429", "429"]
+    embedder = make(kind, server, monkeypatch, retries=3, retry_backoff_s=0.01)
+    vectors = embedder.embed_documents(["a", "b"])
+    assert vectors.shape == (2, 64)
+    times = [request["at"] for request in server.requests]
+    assert len(times) == 3 and embedder.requests_sent == 3 and embedder.retries == 2  # counted at the server
+    assert all(later - earlier >= 1.0 for earlier, later in zip(times, times[1:]))  # Retry-After: 1, twice
+    assert server.served == {"a": 1, "b": 1}
+
+
+@BOTH
 @pytest.mark.parametrize("behaviour", ["500", "slow"])
 def test_server_error_and_timeout_are_transient(kind, behaviour, server, monkeypatch):
     server.script = [behaviour]
-    embedder = make(kind, server, monkeypatch)
+    embedder = make(kind, server, monkeypatch, retries=0)
     with pytest.raises(TransientError):
         embedder.embed_documents(["a"])
     assert embedder.embed_documents(["a"]).shape == (1, 64)  # the next attempt goes through
 
 
 @BOTH
+def test_retries_stop_at_the_time_budget(kind, server, monkeypatch):
+    server.script = ["500"] * 50  # a server down for longer than the budget
+    embedder = make(kind, server, monkeypatch, retries=50, retry_backoff_s=0.2, retry_budget_s=1.0)
+    with pytest.raises(TransientError):
+        embedder.embed_documents(["a"])
+    times = [request["at"] for request in server.requests]
+    assert 2 <= len(times) < 10 and times[-1] - times[0] <= 1.0  # no try starts after the budget
+
+
+@BOTH
 def test_bad_key_is_permanent_and_never_echoed(kind, server, monkeypatch):
     embedder = make(kind, server, monkeypatch)
     server.key = "sk-the-right-one"
-    with pytest.raises(PermanentError) as caught:
+    with pytest.raises(AuthError) as caught:
         embedder.embed_documents(["a"])
-    assert not isinstance(caught.value, TransientError)
+    assert len(server.requests) == 1  # a refused key is not retried
     assert "API key" in str(caught.value) and KEY not in str(caught.value)
 
 

@@ -2,7 +2,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kbflow.schemas import PLAN, SCHEMA_VERSION
-from kbflow.snapshots import TMP_SUFFIX, clean_temporaries, read_table, write_table
+from kbflow.state.snapshots import TMP_SUFFIX, clean_temporaries, read_table, write_table
 
 
 def test_write_is_atomic_and_versioned(tmp_path):

@@ -1,4 +1,4 @@
-from kbflow.split import split_markdown
+from kbflow.chunk.split import split_markdown
 
 DOC = """# Guide
 

@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from kbflow.convert import convert_file
+from kbflow.convert.converters import convert_file
 
 
 class Counter(BaseHTTPRequestHandler):

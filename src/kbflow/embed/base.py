@@ -13,7 +13,7 @@ from typing import Protocol
 import numpy as np
 
 from kbflow.errors import EmbeddingError
-from kbflow.tokens import TokenCounter
+from kbflow.chunk.tokens import TokenCounter
 
 
 class Embedder(Protocol):
@@ -82,6 +82,10 @@ class BaseEmbedder:
 
     def _encode(self, texts: list[str], is_query: bool) -> np.ndarray:  # pragma: no cover
         raise NotImplementedError
+
+    def check_access(self) -> None:
+        """Prove the backend can be used before a run does other work (a remote service checks the key); a local
+        model has nothing to check."""
 
     def query_extra_tokens(self) -> int:
         """Tokens the query prefix adds beyond the passage prefix (the counter's ``special_tokens`` holds the latter)."""

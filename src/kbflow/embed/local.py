@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 
 from kbflow.embed.base import BaseEmbedder, format_prefixes
-from kbflow.embed.counters import PrefixedCounter
+from kbflow.chunk.counters import PrefixedCounter
 from kbflow.errors import ConfigError
-from kbflow.tokens import HFTokenCounter
+from kbflow.chunk.tokens import HFTokenCounter
 
 
 def packaged_model_dir() -> Path:

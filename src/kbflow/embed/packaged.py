@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from kbflow.embed.base import BaseEmbedder, format_prefixes
-from kbflow.embed.counters import FunctionTokenCounter
+from kbflow.chunk.counters import FunctionTokenCounter
 from kbflow.errors import ConfigError
 
 USE_MAX_TOKENS = 512

@@ -7,6 +7,14 @@ from typing import Callable
 from kbflow.config import EmbedderConfig
 from kbflow.embed.base import Embedder
 from kbflow.errors import ConfigError
+from kbflow.retry import RetryPolicy
+
+
+def request_policy(c: EmbedderConfig) -> RetryPolicy:
+    """Retries of one provider request: transient errors (429, 5xx, timeouts) until ``retries`` retries or
+    ``retry_budget_s`` seconds are spent, whichever comes first, honouring Retry-After up to ``max_retry_after_s``."""
+    return RetryPolicy(attempts=1 + c.retries, backoff_s=c.retry_backoff_s, max_backoff_s=30.0,
+                       budget_s=c.retry_budget_s, max_retry_after_s=c.max_retry_after_s)
 
 
 def _local(c: EmbedderConfig) -> Embedder:
@@ -47,7 +55,8 @@ def _dashscope(c: EmbedderConfig) -> Embedder:
 
     _no_prefixes(c, "dashscope", "marks queries with text_type=query instead of a prefix")
     return DashScopeEmbedder(c.model or "text-embedding-v4", c.dimension, c.api_key_env or "DASHSCOPE_API_KEY",
-                             c.base_url, c.timeout_s, c.max_batch, c.requests_per_minute, c.tokens_per_minute)
+                             c.base_url, c.timeout_s, c.max_batch, c.requests_per_minute, c.tokens_per_minute,
+                             request_policy(c))
 
 
 def _openai(c: EmbedderConfig) -> Embedder:
@@ -55,7 +64,8 @@ def _openai(c: EmbedderConfig) -> Embedder:
 
     return OpenAICompatibleEmbedder(c.model, c.dimension, c.api_key_env or "OPENAI_API_KEY", c.base_url, c.timeout_s,
                                     c.max_batch, c.max_input_tokens, c.send_dimensions, c.requests_per_minute,
-                                    c.tokens_per_minute, c.query_prefix or "", c.passage_prefix or "")
+                                    c.tokens_per_minute, c.query_prefix or "", c.passage_prefix or "",
+                                    request_policy(c))
 
 
 BACKENDS: dict[str, Callable[[EmbedderConfig], Embedder]] = {

@@ -2,50 +2,35 @@
 ``/v1/embeddings`` endpoint (through httpx).
 
 Every request carries at most ``max_batch`` texts (DashScope text-embedding-v3/v4: 10 rows of at most 8,192
-tokens each, the documented limits), waits for the client-side rate limit, and maps failures onto kbflow's
-error classes, which drive the retries of the embed task:
-
-* HTTP 429 (DashScope ``Throttling.*``), 5xx, timeouts, connection errors -> ``TransientError`` (``retry_after``
-  from the ``Retry-After`` header when the service sends one);
-* 401/403 (bad key), 400 (invalid input, batch too large, unknown model), a reply of the wrong shape ->
-  ``PermanentError`` with a message that says what to fix.
+tokens each, the documented limits), waits for the client-side rate limit, and is retried on its own under the
+embedder's ``RetryPolicy`` (``embedder.retries`` / ``retry_budget_s``: 429, 5xx and timeouts, honouring
+Retry-After; a bad key or bad input fails at once). What a status means is ``kbflow.http``'s, for every remote
+client. A request that succeeded is never sent again: the ingest caches its vectors before the next request.
 
 The API key is read from the environment variable the config names; it never appears in a message.
+Where a DashScope request goes: ``embedder.base_url`` when set, else the SDK's own ``DASHSCOPE_HTTP_BASE_URL``
+environment variable (a proxy or a regional endpoint), else the public endpoint.
 """
 
 from __future__ import annotations
 
-import email.utils
 import os
-import time
+import threading
 
 import numpy as np
 
+from kbflow import http
+from kbflow.chunk.tokens import EstimateTokenCounter
 from kbflow.embed.base import BaseEmbedder, format_prefixes
 from kbflow.embed.ratelimit import shared_limiter
-from kbflow.errors import ConfigError, EmbeddingError, PermanentError, TransientError
-from kbflow.tokens import EstimateTokenCounter
+from kbflow.errors import ConfigError, EmbeddingError, TransientError
+from kbflow.retry import RetryPolicy, call_with_retries
 
 DASHSCOPE_MODELS = {  # model -> (max rows per request, max tokens per row, allowed dimensions, default dimension)
     "text-embedding-v4": (10, 8192, (2048, 1536, 1024, 768, 512, 256, 128, 64), 1024),
     "text-embedding-v3": (10, 8192, (1024, 768, 512, 256, 128, 64), 1024),
 }
-DASHSCOPE_URL = "https://dashscope.aliyuncs.com/api/v1"
-
-
-def parse_retry_after(value: str | None) -> float | None:
-    """Seconds from a Retry-After header: a number of seconds or an HTTP date; None when absent or unreadable."""
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
+PROBE_TEXT = "kbflow"  # what the credential check embeds: one short word
 
 
 def _api_key(env_name: str, backend: str) -> str:
@@ -56,44 +41,47 @@ def _api_key(env_name: str, backend: str) -> str:
     return key
 
 
-def map_http_error(service: str, status: int, code: str, message: str, retry_after: str | None) -> Exception:
-    """An HTTP failure as a kbflow error: transient for 429/5xx/408, permanent otherwise."""
-    detail = f"{service} answered HTTP {status}" + (f" {code}" if code else "") + (f": {message[:300]}" if message else "")
-    if status == 429 or status == 408 or status >= 500:
-        return TransientError(detail + "; retried with backoff (lower embedder.requests_per_minute / "
-                              "tokens_per_minute if this repeats)", retry_after=parse_retry_after(retry_after))
-    if status in (401, 403):
-        return PermanentError(detail + "; the API key was rejected: check the key in the environment variable "
-                              "named by embedder.api_key_env")
-    return PermanentError(detail + "; the request was refused as invalid: check embedder.model, embedder.dimension, "
-                          "embedder.max_batch and the input texts")
-
-
 class RemoteEmbedder(BaseEmbedder):
-    """Shared request loop: split into provider batches, rate-limit, call, check shape."""
+    """Shared request loop: split into provider batches, rate-limit, call with retries, check shape. Counts what
+    it sent (``requests_sent``, ``texts_sent``, ``retries``), which a run's summary reports."""
 
     service = "remote"
 
     def __init__(self, max_tokens: int, max_batch: int, requests_per_minute: float | None,
-                 tokens_per_minute: float | None, limiter_key: tuple):
+                 tokens_per_minute: float | None, limiter_key: tuple, retry: RetryPolicy, key_env: str | None):
         self.max_tokens = max_tokens
         self.max_batch = max_batch
+        self.retry = retry
+        self.key_env = key_env
         self._counter = EstimateTokenCounter(max_tokens)
         self._limiter = shared_limiter(limiter_key, requests_per_minute, tokens_per_minute)
-        self.requests_sent = 0
+        self._counts_lock = threading.Lock()
+        self.requests_sent = self.texts_sent = self.retries = 0
 
     def token_counter(self) -> EstimateTokenCounter:
         return self._counter
 
     def _encode(self, texts: list[str], is_query: bool) -> np.ndarray:
-        parts = []
-        for start in range(0, len(texts), self.max_batch):
-            batch = texts[start:start + self.max_batch]
-            if self._limiter is not None:
-                self._limiter.acquire(sum(self._counter.count(batch)))
+        return np.vstack([call_with_retries(lambda: self._send(texts[start:start + self.max_batch], is_query),
+                                            self.retry, on_retry=self._count_retry)
+                          for start in range(0, len(texts), self.max_batch)])
+
+    def _send(self, batch: list[str], is_query: bool) -> np.ndarray:
+        if self._limiter is not None:
+            self._limiter.acquire(sum(self._counter.count(batch)))
+        with self._counts_lock:
             self.requests_sent += 1
-            parts.append(self._request(batch, is_query))
-        return np.vstack(parts)
+            self.texts_sent += len(batch)
+        return self._request(batch, is_query)
+
+    def _count_retry(self, _error: BaseException, _attempt: int, _delay: float) -> None:
+        with self._counts_lock:
+            self.retries += 1
+
+    def check_access(self) -> None:
+        """One request of one short text, before a run converts anything: a refused key (AuthError) or a wrong
+        endpoint stops the run at once instead of after every document was converted."""
+        self.embed_documents([PROBE_TEXT])
 
     def _request(self, texts: list[str], is_query: bool) -> np.ndarray:  # pragma: no cover - subclasses
         raise NotImplementedError
@@ -118,7 +106,8 @@ class DashScopeEmbedder(RemoteEmbedder):
     service = "DashScope"
 
     def __init__(self, model: str, dimension: int | None, api_key_env: str, base_url: str | None, timeout_s: float,
-                 max_batch: int | None, requests_per_minute: float | None, tokens_per_minute: float | None):
+                 max_batch: int | None, requests_per_minute: float | None, tokens_per_minute: float | None,
+                 retry: RetryPolicy | None = None):
         if model not in DASHSCOPE_MODELS:
             raise ConfigError(f"embedder.model {model!r} is not a DashScope text embedding model kbflow knows; "
                               f"use one of {sorted(DASHSCOPE_MODELS)}")
@@ -129,11 +118,11 @@ class DashScopeEmbedder(RemoteEmbedder):
         if max_batch and max_batch > rows:
             raise ConfigError(f"embedder.max_batch {max_batch} exceeds {model}'s limit of {rows} texts per request")
         self.model, self.dimension = model, dimension
-        self.base_url = (base_url or DASHSCOPE_URL).rstrip("/")
+        self.base_url = http.dashscope_base_url(base_url)
         self.timeout_s = timeout_s
         self._key = _api_key(api_key_env, "dashscope")
         super().__init__(max_tokens, max_batch or rows, requests_per_minute, tokens_per_minute,
-                         ("dashscope", model, self.base_url))
+                         ("dashscope", model, self.base_url), retry or RetryPolicy(), api_key_env)
         self.model_id = f"dashscope:{model};dim={dimension};norm=l2;prefix=text_type:query|document"
 
     def _request(self, texts: list[str], is_query: bool) -> np.ndarray:
@@ -145,13 +134,13 @@ class DashScopeEmbedder(RemoteEmbedder):
                                           text_type="query" if is_query else "document", dimension=self.dimension,
                                           base_address=self.base_url, request_timeout=self.timeout_s)
         except (requests.Timeout, requests.ConnectionError) as exc:
-            raise TransientError(f"DashScope request failed: {type(exc).__name__} (timeout {self.timeout_s}s); "
-                                 "retried with backoff") from None
+            raise TransientError(f"DashScope at {self.base_url}: request failed ({type(exc).__name__}; timeout "
+                                 f"{self.timeout_s:g} s)") from None
         status = int(response.status_code)
         if status != 200:
             headers = {k.lower(): v for k, v in (getattr(response, "headers", None) or {}).items()}
-            raise map_http_error("DashScope", status, response.code or "", str(response.message or ""),
-                                 headers.get("retry-after"))
+            raise http.error_for_status(f"DashScope at {self.base_url}", status, response.code or "",
+                                        str(response.message or ""), headers.get("retry-after"), self.key_env)
         embeddings = (response.output or {}).get("embeddings")
         if not isinstance(embeddings, list):
             raise EmbeddingError(f"DashScope replied 200 without output.embeddings for {self.model}; nothing stored")
@@ -167,7 +156,7 @@ class OpenAICompatibleEmbedder(RemoteEmbedder):
     def __init__(self, model: str | None, dimension: int | None, api_key_env: str, base_url: str | None,
                  timeout_s: float, max_batch: int | None, max_tokens: int | None, send_dimensions: bool,
                  requests_per_minute: float | None, tokens_per_minute: float | None,
-                 query_prefix: str = "", passage_prefix: str = ""):
+                 query_prefix: str = "", passage_prefix: str = "", retry: RetryPolicy | None = None):
         if not model or not base_url or not dimension:
             raise ConfigError("embedder.backend 'openai' needs embedder.model, embedder.base_url (e.g. "
                               "http://127.0.0.1:8000/v1) and embedder.dimension (the size of the vectors it returns)")
@@ -176,7 +165,7 @@ class OpenAICompatibleEmbedder(RemoteEmbedder):
         self.query_prefix, self.passage_prefix = query_prefix, passage_prefix
         self._key = os.environ.get(api_key_env, "")  # self-hosted servers often need none
         super().__init__(max_tokens or 8192, max_batch or 64, requests_per_minute, tokens_per_minute,
-                         ("openai", model, self.base_url))
+                         ("openai", model, self.base_url), retry or RetryPolicy(), api_key_env)
         self.model_id = (f"openai:{model};dim={dimension};norm=l2;"
                          f"prefix={format_prefixes(query_prefix, passage_prefix)}")
         self._client = None
@@ -185,35 +174,19 @@ class OpenAICompatibleEmbedder(RemoteEmbedder):
         import httpx
 
         if self._client is None:
-            headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
-            self._client = httpx.Client(base_url=self.base_url, headers=headers, timeout=self.timeout_s)
+            self._client = httpx.Client(timeout=self.timeout_s)
         return self._client
 
     def _request(self, texts: list[str], is_query: bool) -> np.ndarray:
-        import httpx
-
         prefix = self.query_prefix if is_query else self.passage_prefix
         body = {"model": self.model, "input": [prefix + text for text in texts], "encoding_format": "float"}
         if self.send_dimensions:
             body["dimensions"] = self.dimension
+        reply = http.post_json(f"{self.base_url}/embeddings", body, service=f"{self.base_url}/embeddings",
+                               timeout_s=self.timeout_s, key=self._key, key_env=self.key_env, client=self._http())
         try:
-            response = self._http().post("/embeddings", json=body)
-        except (httpx.TimeoutException, httpx.TransportError) as exc:
-            raise TransientError(f"{self.base_url}/embeddings failed: {type(exc).__name__} "
-                                 f"(timeout {self.timeout_s}s); retried with backoff") from None
-        if response.status_code != 200:
-            code, message = "", response.text[:300]
-            try:
-                error = response.json().get("error") or {}
-                code, message = str(error.get("code") or error.get("type") or ""), str(error.get("message") or message)
-            except (ValueError, AttributeError):
-                pass
-            raise map_http_error(f"{self.base_url}/embeddings", response.status_code, code, message,
-                                 response.headers.get("retry-after"))
-        try:
-            data = response.json()["data"]
-            items = [(item["index"], item["embedding"]) for item in data]
-        except (ValueError, KeyError, TypeError):
+            items = [(item["index"], item["embedding"]) for item in reply["data"]]
+        except (KeyError, TypeError):
             raise EmbeddingError(f"{self.base_url}/embeddings replied 200 without a data list of "
                                  "{index, embedding}; nothing stored") from None
         return self._rows(items, len(texts))

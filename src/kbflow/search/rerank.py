@@ -8,11 +8,13 @@ from typing import Protocol
 
 import httpx
 
+from kbflow import http
 from kbflow.config import RerankConfig
 from kbflow.errors import ConfigError, PermanentError
 from kbflow.search.remote import api_key, post_json
 
 DASHSCOPE_MAX_DOCUMENTS = 500  # per request, the API's documented limit
+RERANK_PATH = "/services/rerank/text-rerank/text-rerank"  # under the DashScope API base
 
 
 class Reranker(Protocol):
@@ -54,6 +56,7 @@ class DashScopeReranker:
         self.config = config
         self.key = api_key(config.api_key_env, "the DashScope reranker (search.rerank.kind: dashscope)")
         self.name = f"dashscope:{config.dashscope_model}"
+        self.url = config.dashscope_url or http.dashscope_base_url(None) + RERANK_PATH
         self.client = httpx.Client()
 
     def scores(self, query: str, passages: list[str]) -> list[float]:
@@ -63,7 +66,7 @@ class DashScopeReranker:
             batch = passages[start:start + DASHSCOPE_MAX_DOCUMENTS]
             payload = {"model": self.config.dashscope_model, "input": {"query": query, "documents": batch},
                        "parameters": {"top_n": len(batch), "return_documents": False}}
-            reply = post_json(self.config.dashscope_url, payload, self.key, self.config.api_key_env,
+            reply = post_json(self.url, payload, self.key, self.config.api_key_env,
                               f"DashScope rerank ({self.config.dashscope_model})", self.config.timeout_s,
                               self.config.retries, client=self.client)
             try:

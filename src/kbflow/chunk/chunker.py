@@ -20,8 +20,8 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from kbflow.split import Block
-from kbflow.tokens import TokenCounter
+from kbflow.chunk.split import Block
+from kbflow.chunk.tokens import TokenCounter
 
 CHUNK_VERSION = "2"
 PREFIX_SHARE = 0.25  # a heading prefix may take at most this share of a chunk's budget

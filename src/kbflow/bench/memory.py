@@ -27,7 +27,7 @@ import time
 from fnmatch import fnmatch
 from pathlib import Path
 
-from kbflow.bench import _corpus_dir
+from kbflow.bench.ingest import _corpus_dir
 from kbflow.errors import ConfigError
 
 SAMPLE_S = 0.25
@@ -91,7 +91,7 @@ def _child(source: str, data_dir: str, config: str | None) -> None:
 
 
 def measure_share(source: Path, data_dir: Path, config: Path | None) -> dict:
-    command = [sys.executable, "-m", "kbflow.bench_memory", str(source), str(data_dir), str(config or "")]
+    command = [sys.executable, "-m", "kbflow.bench.memory", str(source), str(data_dir), str(config or "")]
     started = time.perf_counter()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     series: list[tuple[float, float]] = []

@@ -12,15 +12,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from kbflow.bench import _corpus_dir, _peak_rss_mb
-from kbflow.chunk import chunk_document
+from kbflow.bench.ingest import _corpus_dir, _peak_rss_mb
+from kbflow.chunk.chunker import chunk_document
 from kbflow.config import load_config
-from kbflow.convert import convert_batch
+from kbflow.convert.converters import convert_batch
 from kbflow.embed import get_embedder
-from kbflow.pipeline import resolve_chunk_tokens
-from kbflow.scan import scan
-from kbflow.split import split_markdown
-from kbflow.tokens import EstimateTokenCounter
+from kbflow.engine.rows import resolve_chunk_tokens
+from kbflow.convert.scan import scan
+from kbflow.chunk.split import split_markdown
+from kbflow.chunk.tokens import EstimateTokenCounter
 
 
 def _markdown_of(corpus: Path, work: Path, options) -> list[str]:

@@ -13,11 +13,11 @@ from collections import defaultdict
 from pathlib import Path, PurePosixPath
 
 from kbflow.config import ConvertConfig
-from kbflow.convert import convert_batch, convert_file, converter_fingerprint
+from kbflow.convert.converters import convert_batch, convert_file, converter_fingerprint
 from kbflow.errors import ConfigError
-from kbflow.formats.audio import AUDIO_SUFFIXES
-from kbflow.formats.ocr import IMAGE_SUFFIXES
-from kbflow.scan import scan
+from kbflow.convert.formats.audio import AUDIO_SUFFIXES
+from kbflow.convert.formats.ocr import IMAGE_SUFFIXES
+from kbflow.convert.scan import scan
 from kbflow.textmetrics import cer, word_errors
 
 

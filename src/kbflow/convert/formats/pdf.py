@@ -149,7 +149,7 @@ def convert_pdf(data: bytes, source: str, passwords_env: str, ocr: bool, ocr_dpi
             if sum(len(line.text.strip()) for line in lines) >= MIN_TEXT_CHARS or not ocr or not _has_image(page):
                 pages.append(lines)  # a text page, or a blank one: nothing to OCR
             else:
-                from kbflow.formats.ocr import ocr_text
+                from kbflow.convert.formats.ocr import ocr_text
 
                 pages.append(ocr_text(render_page(page, ocr_dpi), ocr_max_side))
                 ocr_pages += 1

@@ -7,6 +7,7 @@ Lookups are bulk (``IN`` filters of a few hundred keys), never one query per chu
 from __future__ import annotations
 
 import hashlib
+import threading
 from pathlib import Path
 
 import lancedb
@@ -15,6 +16,8 @@ import pyarrow as pa
 
 from kbflow.schemas import vectors_schema
 from kbflow.stores.lancedb_store import IN_LIST_MAX, open_table_or_none, sql_list
+
+_create_lock = threading.Lock()
 
 
 class VectorCache:
@@ -30,8 +33,22 @@ class VectorCache:
     @property
     def table(self):
         if self._table is None:
-            self._table = self._db.create_table(self.table_name, schema=self.schema, exist_ok=True)
+            self.ensure_table()
         return self._table
+
+    def ensure_table(self) -> None:
+        """Create the table if it does not exist yet. Called once before an ingest's stages run: creating it lazily
+        from several embed calls at once raced (one call's create is an Overwrite, which another's Append cannot
+        commit against). Another process creating it at the same moment is caught: the table then exists."""
+        with _create_lock:
+            if self._table is not None:
+                return
+            try:
+                self._table = self._db.create_table(self.table_name, schema=self.schema, exist_ok=True)
+            except Exception:  # created by another process in between: open what it made
+                self._table = open_table_or_none(self._db, self.table_name)
+                if self._table is None:
+                    raise
 
     def _exists(self) -> bool:
         if self._table is None:

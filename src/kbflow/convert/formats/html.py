@@ -153,7 +153,7 @@ def convert_html(data: bytes, source: str, max_depth: int, markitdown) -> tuple[
     """(markdown, encoding) of an HTML page."""
     from markitdown import StreamInfo
 
-    from kbflow.formats.text import decode_text
+    from kbflow.convert.formats.text import decode_text
 
     text, encoding = _decode_html(data, source, decode_text)
     check_depth(text, source, max_depth)

@@ -18,12 +18,12 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from kbflow import api
-from kbflow.bench import _corpus_dir, _peak_rss_mb
+from kbflow.bench.ingest import _corpus_dir, _peak_rss_mb
 from kbflow.config import ChunkConfig, EmbedderConfig
-from kbflow.convert import convert_batch
+from kbflow.convert.converters import convert_batch
 from kbflow.embed import get_embedder
-from kbflow.pipeline import chunk_documents, embed_inputs, split_documents
-from kbflow.scan import scan
+from kbflow.engine.rows import chunk_documents, embed_inputs, split_documents
+from kbflow.convert.scan import scan
 
 BACKENDS = {  # label -> embedder settings; 'local' fp32 is the reference the fast path is compared with
     "minilm-fp32-torch": {"backend": "local"},

@@ -72,7 +72,7 @@ def transcribe(data: bytes, source: str, suffix: str, options) -> tuple[str, str
     """(transcript, backend used)."""
     backend = resolve_backend(options.audio_backend, options.dashscope_api_key_env)
     if backend == "dashscope":
-        from kbflow.formats.dashscope_asr import DashScopeASR
+        from kbflow.convert.formats.dashscope_asr import DashScopeASR
 
         client = DashScopeASR.from_options(options)
         return client.transcribe(data, suffix, source), backend

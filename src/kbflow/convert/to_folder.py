@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kbflow.archive import MEMBER_SEP, ArchiveLimits
+from kbflow.convert.archive import MEMBER_SEP, ArchiveLimits
 from kbflow.config import ConvertConfig
-from kbflow.convert import convert_batch
+from kbflow.convert.converters import convert_batch
 from kbflow.errors import ConfigError
-from kbflow.scan import scan
+from kbflow.convert.scan import scan
 
 
 def markdown_path(out_dir: Path, source_path: str) -> Path:

@@ -14,7 +14,7 @@ import os
 import uuid
 from pathlib import Path
 
-from kbflow.scan import SourceFile
+from kbflow.convert.scan import SourceFile
 
 CACHED_FIELDS = ("converter", "markdown", "encoding")
 

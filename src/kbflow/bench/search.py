@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kbflow.bench import _corpus_dir
+from kbflow.bench.ingest import _corpus_dir
 from kbflow.config import load_config
 from kbflow.embed import get_embedder
 from kbflow.errors import ConfigError
@@ -47,10 +47,10 @@ def corpus_chunks(corpus: Path, work: Path, config) -> pa.Table:
     cached = work / "chunks.parquet"
     if cached.exists():
         return pq.read_table(cached)
-    from kbflow.chunk import chunker_fingerprint
-    from kbflow.convert import convert_batch
-    from kbflow.pipeline import chunk_documents, resolve_chunk_tokens, split_documents
-    from kbflow.scan import scan
+    from kbflow.chunk.chunker import chunker_fingerprint
+    from kbflow.convert.converters import convert_batch
+    from kbflow.engine.rows import chunk_documents, resolve_chunk_tokens, split_documents
+    from kbflow.convert.scan import scan
 
     source = _corpus_dir(corpus, work / "corpus")
     files = scan([source], "bench", config.convert.include, config.convert.exclude)
@@ -76,7 +76,7 @@ def corpus_chunks(corpus: Path, work: Path, config) -> pa.Table:
 def real_vectors(chunks: pa.Table, n: int, config) -> tuple[np.ndarray, float]:
     """Vectors of the first ``n`` chunks by the configured model: from kbflow's vector cache where an ingest of
     the same corpus left them, embedded (and cached) otherwise; and one query's embed time in ms."""
-    from kbflow.embed.cache import VectorCache
+    from kbflow.stores.vector_cache import VectorCache
     from kbflow.stores.factory import store_uri
 
     embedder = get_embedder(config.embedder)

@@ -54,7 +54,7 @@ def ocr_lines(pixels: np.ndarray, max_side: int) -> list[tuple[list[list[float]]
 
 def ocr_text(pixels: np.ndarray, max_side: int) -> str:
     """Recognised text: lines joined by newlines, a blank line where the vertical gap says a paragraph ends."""
-    from kbflow.formats.pdf import escape_line
+    from kbflow.convert.formats.pdf import escape_line
 
     lines = ocr_lines(pixels, max_side)
     if not lines:

@@ -1,7 +1,7 @@
 """Convert source files to Markdown. A file that fails becomes a row with status 'failed', never an exception
 that stops the batch.
 
-Each format has its own path (``kbflow.formats``): PDF through PDFium with OCR for pages without text, images by
+Each format has its own path (``kbflow.convert.formats``): PDF through PDFium with OCR for pages without text, images by
 OCR, audio by speech recognition, HTML cleaned and structured, text decoded with its encoding recorded, code and
 data fenced, Office files and EPUB through MarkItDown, ZIP members as documents of their own.
 """
@@ -18,16 +18,16 @@ from pathlib import Path, PurePosixPath
 
 import pyarrow as pa
 
-from kbflow.archive import ZIP_SUFFIXES, ArchiveLimits, open_archive, read_member
+from kbflow.convert.archive import ZIP_SUFFIXES, ArchiveLimits, open_archive, read_member
 from kbflow.config import ConvertConfig
 from kbflow.errors import ConversionError
-from kbflow.formats.audio import AUDIO_SUFFIXES, audio_fingerprint, resolve_backend, transcribe
-from kbflow.formats.html import HTML_SUFFIXES, convert_html
-from kbflow.formats.ocr import IMAGE_SUFFIXES, image_array, ocr_fingerprint, ocr_text
-from kbflow.formats.pdf import convert_pdf
-from kbflow.formats.text import (CSV_SUFFIXES, TEXT_SUFFIXES, check_lines, code_language, csv_table, decode_text,
+from kbflow.convert.formats.audio import AUDIO_SUFFIXES, audio_fingerprint, resolve_backend, transcribe
+from kbflow.convert.formats.html import HTML_SUFFIXES, convert_html
+from kbflow.convert.formats.ocr import IMAGE_SUFFIXES, image_array, ocr_fingerprint, ocr_text
+from kbflow.convert.formats.pdf import convert_pdf
+from kbflow.convert.formats.text import (CSV_SUFFIXES, TEXT_SUFFIXES, check_lines, code_language, csv_table, decode_text,
                                  fenced)
-from kbflow.scan import SourceFile, doc_id_for
+from kbflow.convert.scan import SourceFile, doc_id_for
 from kbflow.schemas import DOCUMENTS
 
 __all__ = ["Converted", "convert_file", "convert_bytes", "convert_batch", "converter_fingerprint", "decode_text",
@@ -244,7 +244,7 @@ _pool = None
 
 
 def _get_pool(workers: int):
-    from kbflow.convert_pool import KillablePool
+    from kbflow.convert.pool import KillablePool
 
     global _pool
     if _pool is None or len(_pool.workers) != workers:

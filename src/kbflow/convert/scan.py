@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from kbflow.archive import MEMBER_SEP, ZIP_SUFFIXES, ArchiveLimits, member_escapes, open_archive, read_member
+from kbflow.convert.archive import MEMBER_SEP, ZIP_SUFFIXES, ArchiveLimits, member_escapes, open_archive, read_member
 from kbflow.errors import ConfigError, ConversionError
 
 HASH_CHUNK = 1 << 20

@@ -1,0 +1,314 @@
+"""The ingest run: scan → plan → per document batch (convert → split → chunk → embed-with-cache → upsert →
+manifest) → deletions → indexes → summary. Every entry point runs this one function: the CLI and the library
+directly, Prefect flows through a runner that makes each stage a task run.
+
+Guarantees, in the order the code keeps them:
+* one writer per namespace (the namespace lock; the plan is made under it);
+* a document is replaced whole, in one store operation, and only when every chunk has its vector; its manifest
+  row is written after the store write, so a crash leaves the manifest behind the store, never ahead;
+* every failure is a row in the run's ``failures.parquet`` (and the summary), and the run goes on;
+* finished work is never redone: vectors are cached per provider request, conversions per document.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pyarrow as pa
+
+from kbflow import memory, progress
+from kbflow.chunk.chunker import chunker_fingerprint
+from kbflow.config import KbConfig, check_namespace
+from kbflow.convert.archive import ArchiveLimits
+from kbflow.convert.converters import converter_fingerprint, text_documents, text_sources
+from kbflow.convert.scan import scan
+from kbflow.embed import get_embedder
+from kbflow.engine import stages
+from kbflow.engine.embedding import embed_with_cache
+from kbflow.engine.plan import Fingerprints, Plan, check_deletion_guard, make_plan
+from kbflow.engine.rows import (chunks_of, conversion_failures, embed_inputs, failure_rows, manifest_rows,
+                                ready_documents, resolve_chunk_tokens, store_rows)
+from kbflow.engine.runner import DirectRunner, StageRunner
+from kbflow.errors import ConfigError
+from kbflow.failpoints import failpoint
+from kbflow.schemas import CHUNKS, DOCUMENTS, SECTIONS
+from kbflow.state import housekeeping
+from kbflow.state.lock import NamespaceLock
+from kbflow.state.manifest import NamespaceState
+from kbflow.state.snapshots import clean_temporaries, write_table
+from kbflow.stores import open_store
+from kbflow.stores.factory import store_uri
+from kbflow.stores.vector_cache import VectorCache
+
+log = logging.getLogger("kbflow.engine")
+STAGE_NAMES = ("scan", "convert", "split", "chunk", "embed", "upsert")
+
+
+@dataclass
+class IngestJob:
+    """What to ingest: files and folders (recursively), and/or literal texts ``{"doc_id", "text"}``."""
+
+    sources: list[str] | None = None
+    namespace: str | None = None
+    texts: list[dict] = field(default_factory=list)
+    dry_run: bool = False
+    force: bool = False
+    allow_mass_delete: bool = False
+
+
+@dataclass
+class Run:
+    """What one run works with; built once, passed to the steps."""
+
+    config: KbConfig
+    namespace: str
+    run_id: str
+    run_dir: Path
+    state: NamespaceState
+    embedder: object
+    fingerprints: Fingerprints
+    chunk_tokens: int
+    force: bool
+    runner: StageRunner
+    summary: dict
+    failures: list[dict] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=lambda: {stage: 0.0 for stage in STAGE_NAMES})
+    store: object = None
+    cache: VectorCache | None = None
+    auth_refused: BaseException | None = None
+
+    def timed(self, stage: str, started: float, done: int | None = None, total: int = 0) -> None:
+        """Charge the time since ``started`` to ``stage``; with ``done``, also report the stage's progress."""
+        self.seconds[stage] += time.perf_counter() - started
+        if done is not None:
+            progress.report(stage, done, total)
+
+
+def new_run_id(suffix: str | None = None) -> str:
+    """A UTC timestamp (so run folders sort by age) and a unique suffix (a flow run's id, or random)."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+    return f"{stamp}-{(suffix or uuid.uuid4().hex)[:8]}"
+
+
+def ingest(config: KbConfig, job: IngestJob, runner: StageRunner | None = None, run_id: str | None = None) -> dict:
+    """Run ``job`` against ``config``; returns the run summary. Without ``runner`` the stages run in this process."""
+    own_runner = runner is None
+    runner = runner or DirectRunner(stages.policies(config), config.flow.max_workers + 1)
+    try:
+        return _ingest(config, job, runner, run_id or new_run_id())
+    finally:
+        if own_runner:
+            runner.close()
+
+
+def _ingest(config: KbConfig, job: IngestJob, runner: StageRunner, run_id: str) -> dict:
+    wall_started = time.perf_counter()
+    namespace = check_namespace(job.namespace or config.namespace)
+    sources = job.sources if job.sources is not None else (config.sources or None)
+    texts = job.texts or []
+    if not sources and not texts:
+        raise ConfigError("nothing to ingest: pass files or folders, or set `sources` in the config file")
+    data_dir = Path(config.data_dir)
+    state = NamespaceState(data_dir, namespace)
+    embedder = get_embedder(config.embedder)
+    state.check_model(embedder.model_id, embedder.dimension)
+    chunk_tokens = resolve_chunk_tokens(config.chunking, embedder.max_tokens, embedder.model_id)
+    chunker = chunker_fingerprint(embedder.token_counter(), chunk_tokens, config.chunking.overlap_tokens,
+                                  config.chunking.heading_prefix)
+    run = Run(config, namespace, run_id, data_dir / "runs" / namespace / run_id, state, embedder,
+              Fingerprints(converter_fingerprint(config.convert), chunker, embedder.model_id), chunk_tokens,
+              job.force, runner,
+              summary={"namespace": namespace, "run_id": run_id, "dry_run": job.dry_run,
+                       "documents": {"new": 0, "changed": 0, "unchanged": 0, "removed": 0, "failed": 0},
+                       "chunks": {"total": 0, "embedded": 0, "reused": 0, "deleted": 0},
+                       "store": {"count": 0, "indexes": {}}, "failures": []})
+    if job.dry_run:
+        plan = _plan(run, sources, texts)
+        run.summary["plan"] = plan.table().to_pylist()
+        if state.meta() is not None:  # what the namespace holds now; nothing is created by a dry run
+            run.summary["store"]["count"] = open_store(config, state.store_namespace(), embedder.dimension).count()
+        return _finish(run, wall_started)
+
+    with NamespaceLock(state.root, namespace):  # one writer per namespace; the plan is made under the lock
+        plan = _plan(run, sources, texts)
+        check_deletion_guard(plan, len(state.read_manifest()), config.flow.max_delete_fraction, job.allow_mass_delete)
+        for folder in (state.root, data_dir / "runs" / namespace):  # leftovers of a killed run
+            clean_temporaries(folder)
+        state.record_model(embedder.model_id, embedder.dimension)
+        write_table(plan.table(), run.run_dir / "plan.parquet")
+        failpoint("plan.written")
+        run.store = open_store(config, state.store_namespace(), embedder.dimension)
+        run.store.defer_vector_index = True  # built once after the last batch, not on top of a batch's memory
+        run.cache = VectorCache(store_uri(config), embedder.model_id, embedder.dimension)
+        run.cache.ensure_table()  # before any stage runs: concurrent embed calls only ever append to it
+        progress.report("documents", 0, len(plan.todo))
+        _ingest_batches(run, plan, {f"text:{t['doc_id']}": t["text"] for t in texts})
+        if plan.removed:
+            _delete(run, plan)
+        _refresh_indexes(run)
+        failpoint("run.finishing")
+        write_table(failure_rows(run.failures), run.run_dir / "failures.parquet")
+        run.summary["store"]["count"] = run.store.count()
+        summary = _finish(run, wall_started)
+        state.record_run({key: value for key, value in summary.items() if key != "failures"})
+        housekeeping.prune_runs(data_dir / "runs" / namespace, config.flow.keep_runs)
+        housekeeping.prune_results(data_dir / "prefect" / "results", config.flow.cache_days)
+    for failure in run.failures:
+        log.warning("failed: %s %s: %s", failure["stage"], failure.get("source_path") or "", failure["message"])
+    return summary
+
+
+def _plan(run: Run, sources: list[str] | None, texts: list[dict]) -> Plan:
+    started = time.perf_counter()
+    config = run.config
+    limits = ArchiveLimits(int(config.convert.zip_max_total_mb * 1e6), config.convert.zip_max_members)
+    scanned = scan(sources, run.namespace, config.convert.include, config.convert.exclude, limits) if sources else []
+    manifest = run.state.read_manifest()
+    files = make_plan(scanned, manifest, run.fingerprints, force=run.force, track_removals=bool(sources))
+    literal = make_plan(text_sources(texts, run.namespace), manifest, run.fingerprints, force=run.force,
+                        track_removals=False)
+    plan = Plan(files.new + literal.new, files.changed + literal.changed, files.unchanged + literal.unchanged,
+                files.removed)
+    run.summary["documents"].update(plan.counts())
+    run.timed("scan", started)
+    log.info("plan for %s: %s", run.namespace, plan.counts())
+    return plan
+
+
+def _finish(run: Run, wall_started: float) -> dict:
+    run.summary["documents"]["failed"] = len({f["doc_id"] for f in run.failures if f.get("doc_id")})
+    run.summary["failures"] = run.failures
+    run.summary["seconds"] = {**{k: round(v, 3) for k, v in run.seconds.items()},
+                              "total": round(time.perf_counter() - wall_started, 3)}
+    return run.summary
+
+
+def _ingest_batches(run: Run, plan: Plan, texts_by_path: dict[str, str]) -> None:
+    config, todo, size = run.config, plan.todo, run.config.flow.doc_batch
+    batches = [todo[i:i + size] for i in range(0, len(todo), size)]
+    # per-document conversion cache, pruned with the results; --force converts everything again
+    convert_cache_dir = None if run.force else str(Path(config.data_dir) / "prefect" / "results" / "kbflow-convert")
+
+    def start_convert(index: int):
+        files = [s for s in batches[index] if s.abs_path]
+        first = index * size
+        return run.runner.submit("convert", files, config.convert, convert_cache_dir,
+                                 label=f"docs {first}-{first + len(batches[index]) - 1}") if files else None
+
+    pending = start_convert(0) if batches else None
+    for index, batch in enumerate(batches):
+        first, last = index * size, index * size + len(batch) - 1
+        label, part = f"docs {first}-{last}", f"part-{index:05d}.parquet"
+        started = time.perf_counter()
+        file_docs = pending.result() if pending is not None else DOCUMENTS.empty_table()
+        pending = start_convert(index + 1) if index + 1 < len(batches) else None  # overlaps this batch's embedding
+        text_docs = text_documents([s for s in batch if not s.abs_path], texts_by_path)
+        documents = pa.concat_tables([file_docs, text_docs])
+        run.timed("convert", started, last + 1, len(todo))
+        write_table(documents, run.run_dir / "documents" / part, DOCUMENTS)
+        run.failures.extend(conversion_failures(documents))
+        failpoint("convert.done")
+        key = stages.batch_key(documents)
+
+        started = time.perf_counter()
+        sections = run.runner.run("split", documents, label=label, cache_key=stages.split_cache_key(key))
+        run.timed("split", started, last + 1, len(todo))
+        write_table(sections, run.run_dir / "sections" / part, SECTIONS)
+        failpoint("split.done")
+
+        started = time.perf_counter()
+        chunks = run.runner.run("chunk", documents, sections, run.embedder.token_counter(), run.chunk_tokens,
+                                config.chunking, run.fingerprints.chunker, label=label,
+                                cache_key=stages.chunk_cache_key(key, run.fingerprints.chunker))
+        run.timed("chunk", started, last + 1, len(todo))
+        write_table(chunks, run.run_dir / "chunks" / part, CHUNKS)
+        failpoint("chunk.done")
+
+        started = time.perf_counter()
+        vectors, failed_keys = _embed(run, chunks)
+        run.timed("embed", started)
+
+        started = time.perf_counter()
+        _upsert(run, documents, chunks, vectors, failed_keys, label)
+        run.timed("upsert", started, last + 1, len(todo))
+        del file_docs, text_docs, documents, sections, chunks, vectors
+        memory.trim()  # the batch is written: hand its freed pages back before the next one
+
+
+def _embed(run: Run, chunks: pa.Table) -> tuple[dict, set[str]]:
+    """Vectors for every chunk of a batch (cache hits, then the misses); failures recorded with their chunk ids."""
+    config = run.config
+    keys, texts = embed_inputs(chunks)
+    outcome = embed_with_cache(keys, texts, run.embedder, run.cache, run.runner, config.embedder.task_batch,
+                               config.flow.max_workers,
+                               on_progress=lambda done, total: progress.report("embed", done, total),
+                               refused=run.auth_refused)
+    run.auth_refused = outcome.auth_refused
+    run.summary["chunks"]["total"] += chunks.num_rows
+    run.summary["chunks"]["reused"] += outcome.reused
+    run.summary["chunks"]["embedded"] += outcome.embedded
+    key_column = chunks.column("embed_sha256").to_pylist()
+    for failure in outcome.failures:  # those chunks are not stored; the next run retries them
+        lost = set(failure.keys)
+        mask = pa.array([key in lost for key in key_column], pa.bool_())
+        run.failures.append({"stage": "embed", "chunk_ids": chunks.filter(mask).column("chunk_id").to_pylist(),
+                             "error_type": type(failure.error).__name__, "message": str(failure.error)[:1000],
+                             "attempts": failure.attempts})
+    return outcome.vectors, outcome.failed_keys
+
+
+def _upsert(run: Run, documents, chunks, vectors, failed_keys, label: str) -> None:
+    """Replace whole documents in one store operation, then record them in the manifest."""
+    ready, blocked = ready_documents(documents, chunks, failed_keys)
+    for doc in blocked:
+        run.failures.append({"stage": "embed", "doc_id": doc["doc_id"], "source_path": doc["source_path"],
+                             "error_type": "EmbeddingIncomplete",
+                             "message": f"{doc['source_path']}: some chunks failed to embed; "
+                                        "its stored version is kept and the next run retries it"})
+    if not ready:
+        return
+    ready_ids = {doc["doc_id"] for doc in ready}
+    doc_chunks = chunks_of(chunks, ready_ids)
+    rows = store_rows(doc_chunks, {doc["doc_id"]: doc["source_path"] for doc in ready}, vectors,
+                      run.embedder.dimension)
+    try:
+        run.runner.run("upsert", run.store, sorted(ready_ids), rows, label=label)
+    except Exception as exc:  # the store write is one operation: it happened whole or not at all
+        for doc in ready:
+            run.failures.append({"stage": "upsert", "doc_id": doc["doc_id"], "source_path": doc["source_path"],
+                                 "error_type": type(exc).__name__, "attempts": getattr(exc, "attempts", 1),
+                                 "message": f"{doc['source_path']}: {str(exc)[:500]}"})
+        return
+    failpoint("upsert.after_store")
+    run.state.update_manifest(manifest_rows(ready, doc_chunks, run.fingerprints, run.run_id), [])
+    failpoint("upsert.done")
+
+
+def _delete(run: Run, plan: Plan) -> None:
+    """Documents whose source vanished: their chunks leave the store, then their manifest rows."""
+    started = time.perf_counter()
+    removed_ids = [row["doc_id"] for row in plan.removed]
+    run.summary["chunks"]["deleted"] += run.runner.run("delete", run.store, removed_ids,
+                                                       label=f"{len(removed_ids)} removed docs")
+    failpoint("delete.after_store")
+    run.state.update_manifest(manifest_rows([], CHUNKS.empty_table(), run.fingerprints, run.run_id), removed_ids)
+    run.timed("upsert", started)
+
+
+def _refresh_indexes(run: Run) -> None:
+    started = time.perf_counter()
+    run.store.defer_vector_index = False
+    try:
+        run.summary["store"]["indexes"] = run.runner.run("index", run.store, label="refresh indexes")
+    except Exception as exc:  # nothing stored is at stake: searches scan exactly until an index exists
+        run.failures.append({"stage": "index", "error_type": type(exc).__name__,
+                             "attempts": getattr(exc, "attempts", 1),
+                             "message": f"refreshing the indexes of {run.namespace!r} failed: {str(exc)[:500]}; "
+                                        "searches stay correct (unindexed rows are scanned) and the next "
+                                        "write retries"})
+    run.timed("upsert", started)

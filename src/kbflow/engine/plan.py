@@ -1,0 +1,77 @@
+"""What a run has to do: scanned sources sorted against the manifest into new / changed / unchanged / removed,
+and the deletion guard that refuses to remove most of a namespace because a folder went missing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from kbflow.convert.scan import SourceFile
+from kbflow.errors import DeletionGuardError
+from kbflow.schemas import PLAN
+
+
+@dataclass
+class Fingerprints:
+    converter: str
+    chunker: str
+    model_id: str
+
+
+@dataclass
+class Plan:
+    new: list[SourceFile] = field(default_factory=list)
+    changed: list[SourceFile] = field(default_factory=list)
+    unchanged: list[SourceFile] = field(default_factory=list)
+    removed: list[dict] = field(default_factory=list)  # manifest rows
+
+    @property
+    def todo(self) -> list[SourceFile]:
+        return self.new + self.changed
+
+    def counts(self) -> dict[str, int]:
+        return {key: len(getattr(self, key)) for key in ("new", "changed", "unchanged", "removed")}
+
+    def table(self) -> pa.Table:
+        rows = [
+            {"doc_id": s.doc_id, "source_path": s.source_path, "action": action, "source_sha256": s.source_sha256}
+            for action in ("new", "changed", "unchanged")
+            for s in getattr(self, action)
+        ]
+        rows += [{"doc_id": r["doc_id"], "source_path": r["source_path"], "action": "removed",
+                  "source_sha256": r["source_sha256"]} for r in self.removed]
+        return pa.Table.from_pylist(rows, schema=PLAN)
+
+
+def make_plan(scanned: list[SourceFile], manifest: pa.Table, fingerprints: Fingerprints, force: bool = False,
+              track_removals: bool = True) -> Plan:
+    """Sort scanned files into new / changed / unchanged; manifest files no longer scanned are removed."""
+    stored = {row["doc_id"]: row for row in manifest.to_pylist()}
+    plan = Plan()
+    for source in scanned:
+        row = stored.get(source.doc_id)
+        if row is None:
+            plan.new.append(source)
+        elif force or (row["source_sha256"], row["converter"], row["chunker"], row["model_id"]) != (
+            source.source_sha256, fingerprints.converter, fingerprints.chunker, fingerprints.model_id
+        ):
+            plan.changed.append(source)
+        else:
+            plan.unchanged.append(source)
+    if track_removals:
+        seen = {source.doc_id for source in scanned}
+        plan.removed = [row for row in stored.values() if row["origin"] == "file" and row["doc_id"] not in seen]
+    return plan
+
+
+def check_deletion_guard(plan: Plan, stored_documents: int, max_fraction: float, allow_mass_delete: bool) -> None:
+    if allow_mass_delete or not plan.removed or stored_documents == 0:
+        return
+    share = len(plan.removed) / stored_documents
+    if share > max_fraction:
+        raise DeletionGuardError(
+            f"this run would delete {len(plan.removed)} of {stored_documents} documents ({share:.0%}), more than "
+            f"flow.max_delete_fraction ({max_fraction:.0%}); is a source folder missing or unmounted? "
+            "Check the sources, or pass --allow-mass-delete to delete them"
+        )

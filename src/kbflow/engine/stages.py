@@ -1,0 +1,123 @@
+"""The stages of an ingest, each one call over one batch: what ``kbflow.tasks`` wraps as Prefect tasks, and what the
+direct runner calls. Both run them under the same retry policies (``policies``).
+
+convert → split → chunk are pure (files in, Arrow tables out); embed writes each provider request's vectors to the
+vector cache as soon as they arrive; upsert, delete and index write the store. Store and file-system failures are
+classified here (``kbflow.stores.errors``), so only passing ones are retried.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+import pyarrow as pa
+
+from kbflow.chunk.chunker import CHUNK_VERSION
+from kbflow.chunk.split import SPLIT_VERSION
+from kbflow.chunk.tokens import TokenCounter
+from kbflow.config import ChunkConfig, ConvertConfig, KbConfig
+from kbflow.convert.cache import ConversionCache
+from kbflow.convert.converters import convert_batch
+from kbflow.convert.scan import SourceFile
+from kbflow.embed.base import Embedder
+from kbflow.engine import rows
+from kbflow.retry import RetryPolicy
+from kbflow.stores.errors import store_errors
+from kbflow.stores.vector_cache import VectorCache
+
+NO_RETRY = RetryPolicy(attempts=1)
+
+
+def policies(config: KbConfig) -> dict[str, RetryPolicy]:
+    """How often each stage is tried, and how far apart. split and chunk are pure functions of their input: nothing
+    transient can happen in them, so they are not retried."""
+    store = RetryPolicy(attempts=3, backoff_s=1.0, max_backoff_s=10.0)
+    embedder = config.embedder
+    return {
+        "convert": RetryPolicy(attempts=3, backoff_s=1.0, max_backoff_s=10.0),  # reading sources (a network share)
+        "split": NO_RETRY,
+        "chunk": NO_RETRY,
+        # the whole embed stage again, after one of its provider requests used up its own retries (a remote
+        # embedder retries each request under embedder.retries / retry_budget_s); it resumes from the vector
+        # cache, so requests that finished are not sent again
+        "embed": RetryPolicy(attempts=1 + embedder.task_retries, backoff_s=max(1.0, embedder.retry_backoff_s * 8),
+                             max_retry_after_s=embedder.max_retry_after_s),
+        "upsert": store, "delete": store, "index": store,
+    }
+
+
+def digest(*parts: object) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def batch_key(documents: pa.Table) -> str:
+    """What split and chunk depend on: the converted documents themselves (a document that failed and now converts
+    changes the key, so a batch's sections are never reused from a run where it had failed)."""
+    return digest([(doc_id, status, converter, hashlib.sha256((markdown or "").encode()).hexdigest())
+                   for doc_id, status, converter, markdown in zip(*(documents.column(c).to_pylist() for c in
+                                                                    ("doc_id", "status", "converter", "markdown")))])
+
+
+def split_cache_key(batch: str) -> str:
+    return "split-" + digest(SPLIT_VERSION, batch)
+
+
+def chunk_cache_key(batch: str, chunker: str) -> str:
+    return "chunk-" + digest(CHUNK_VERSION, batch, chunker)
+
+
+def convert(sources: list[SourceFile], options: ConvertConfig, cache_dir: str | None) -> pa.Table:
+    """One row per source: its Markdown, or status 'failed' with the reason (a bad file never raises)."""
+    return convert_batch(sources, options, ConversionCache(cache_dir) if cache_dir else None)
+
+
+def split(documents: pa.Table) -> pa.Table:
+    return rows.split_documents(documents)
+
+
+def chunk(documents: pa.Table, sections: pa.Table, counter: TokenCounter, chunk_tokens: int, config: ChunkConfig,
+          chunker: str) -> pa.Table:
+    return rows.chunk_documents(documents, sections, counter, chunk_tokens, config, chunker)
+
+
+def embed(keys: list[str], texts: list[str], embedder: Embedder, cache: VectorCache) -> tuple[list[str], np.ndarray]:
+    """Vectors for ``keys``, one model call or provider request (``embedder.max_batch`` texts; a remote embedder
+    retries each request on its own) at a time, each one's vectors written to the vector cache as soon as they
+    arrive, so a retry of the stage (or the next run) finds them there and sends only what is left.
+
+    Returns (keys, one row per key) rather than a dict: Prefect links each direct member of a task's result to the
+    task run for the whole flow run (a tuple and a weak reference per vector)."""
+    done = cache.lookup(keys)
+    todo = [(key, text) for key, text in zip(keys, texts) if key not in done]
+    step = max(1, embedder.max_batch)
+    for start in range(0, len(todo), step):
+        part = todo[start:start + step]
+        vectors = embedder.embed_documents([text for _, text in part])
+        with store_errors("writing vectors to the vector cache"):
+            cache.add([key for key, _ in part], vectors)
+        done.update(zip((key for key, _ in part), vectors))
+    return keys, np.stack([done[key] for key in keys]) if keys else np.empty((0, 0), np.float32)
+
+
+def upsert(store, doc_ids: list[str], table: pa.Table) -> int:
+    """Replace whole documents in one store operation: it happens whole or not at all."""
+    with store_errors(f"writing {len(doc_ids)} documents to store table {store.namespace!r}"):
+        store.replace_documents(doc_ids, table)
+    return table.num_rows
+
+
+def delete(store, doc_ids: list[str]) -> int:
+    with store_errors(f"deleting {len(doc_ids)} removed documents from store table {store.namespace!r}"):
+        return store.delete_documents(doc_ids)
+
+
+def index(store) -> dict:
+    """After an ingest's last batch: build the vector index if the table has grown to need one, update stale ones."""
+    with store_errors(f"refreshing the indexes of store table {store.namespace!r}"):
+        return store.refresh_indexes()
+
+
+STAGES = {"convert": convert, "split": split, "chunk": chunk, "embed": embed, "upsert": upsert, "delete": delete,
+          "index": index}
