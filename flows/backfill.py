@@ -14,7 +14,7 @@ from prefect.futures import as_completed
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from kbflow.flows.ingest import ingest
-from kbflow.config import load_config
+from kbflow.config import KbConfig
 from kbflow.deploy import BackfillRequest, backfill_targets, changed_since, load_named_config, sources_of
 from kbflow.errors import PermanentError
 from kbflow.tasks.runners import with_task_runner
@@ -25,10 +25,9 @@ class BackfillFailed(PermanentError):
 
 
 @task(name="ingest-namespace", task_run_name="ingest namespace {namespace}", cache_policy=NO_CACHE)
-def ingest_namespace(namespace: str, sources: list[str], config_path: str, force: bool, dry_run: bool) -> dict:
-    config = load_config(config_path)
-    return with_task_runner(ingest, config)(sources=sources, namespace=namespace, config_path=config_path,
-                                            force=force, dry_run=dry_run)
+def ingest_namespace(namespace: str, sources: list[str], config: KbConfig, force: bool, dry_run: bool) -> dict:
+    return with_task_runner(ingest, config)(sources=sources, namespace=namespace, config=config, force=force,
+                                            dry_run=dry_run)
 
 
 # threads only carry waiting subflows; request.concurrency (≤ 32) bounds how many run
@@ -37,7 +36,7 @@ def ingest_namespace(namespace: str, sources: list[str], config_path: str, force
 def backfill(request: BackfillRequest = BackfillRequest()) -> dict:
     """Ingest the requested namespaces; returns {namespace: outcome}."""
     logger = get_run_logger()
-    path, config = load_named_config(request.config)
+    config = load_named_config(request.config)
     targets = backfill_targets(config, request.namespaces)
     outcomes: dict[str, dict] = {}
     todo = []
@@ -54,7 +53,7 @@ def backfill(request: BackfillRequest = BackfillRequest()) -> dict:
     while todo or running:
         while todo and len(running) < concurrency:
             namespace, sources = todo.pop(0)
-            running[ingest_namespace.submit(namespace, sources, str(path), request.rebuild, request.dry_run)] = namespace
+            running[ingest_namespace.submit(namespace, sources, config, request.rebuild, request.dry_run)] = namespace
         future = next(as_completed(list(running)))
         namespace = running.pop(future)
         try:

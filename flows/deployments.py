@@ -3,8 +3,6 @@ for `prefect deploy` with a work pool)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from prefect.schedules import Cron
 
 from kbflow.flows.backfill import backfill
@@ -45,8 +43,8 @@ def deployment_names(deployments: list) -> list[str]:
     return [f"{d.flow_name}/{d.name}" for d in deployments]
 
 
-def serve_all(config: KbConfig, config_path: Path, limit: int | None) -> None:
-    """Register the deployments with the Prefect server at PREFECT_API_URL and run their flow runs here."""
+def serve_all(deployments: list, limit: int | None) -> None:
+    """Register ``deployments`` with the Prefect server at PREFECT_API_URL and run their flow runs here."""
     from prefect import serve
 
-    serve(*build_deployments(config, str(config_path)), limit=limit)
+    serve(*deployments, limit=limit)

@@ -22,12 +22,12 @@ class DocumentsFailed(PermanentError):
 @flow(name="kbflow-ingest-request", log_prints=True, validate_parameters=True)
 def ingest_request(request: IngestRequest = IngestRequest()) -> dict:
     """Ingest one namespace as the request says; returns the run summary."""
-    path, config = load_named_config(request.config)
+    config = load_named_config(request.config)
     get_run_logger().info("ingest request: namespace=%s sources=%s config=%s runner=%s dry_run=%s force=%s",
-                          request.namespace or config.namespace, request.sources or config.sources, path,
+                          request.namespace or config.namespace, request.sources or config.sources, request.config,
                           config.runner.kind, request.dry_run, request.force)
     summary = with_task_runner(ingest, config)(
-        sources=request.sources or None, namespace=request.namespace, config_path=str(path),
+        sources=request.sources or None, namespace=request.namespace, config=config,
         dry_run=request.dry_run, force=request.force, allow_mass_delete=request.allow_mass_delete)
     if summary["documents"]["failed"]:
         raise DocumentsFailed(failed_documents_message(summary))

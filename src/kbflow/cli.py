@@ -444,34 +444,35 @@ def bench_convert(
 
 @app.command()
 def serve(
-    config: Path = typer.Option(Path("configs/default.yaml"), "--config", "-c",
-                                help="YAML config whose deploy.schedules become nightly deployments."),
+    config: Optional[str] = typer.Option(None, "--config", "-c", help="Config name (configs/NAME.yaml, folder set "
+                                         "by KBFLOW_CONFIGS_DIR) or YAML path whose deploy.schedules become nightly "
+                                         "deployments (default: 'default', kbflow's built-in defaults when there "
+                                         "is no configs/default.yaml)."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Most flow runs executing at once (default: no limit)."),
     list_only: bool = typer.Option(False, "--list", help="Print the deployments that would be served, then exit."),
 ) -> None:
-    """Serve the deployments (nightly per namespace, on-demand, backfill) to the Prefect server at PREFECT_API_URL."""
+    """Serve the deployments (nightly per namespace, on-demand, backfill, reembed) to the Prefect server at PREFECT_API_URL."""
     import os
 
-    from kbflow.config import load_config
+    from kbflow.deploy import DEFAULT_CONFIG, load_named_config
 
     try:
-        cfg = load_config(config)
+        name = config or DEFAULT_CONFIG
+        cfg = load_named_config(name)
         from kbflow.flows import deployments as deployments_module
 
-        deployments = deployments_module.build_deployments(cfg, str(config))
+        deployments = deployments_module.build_deployments(cfg, name)
         if list_only:
-            for name, deployment in zip(deployments_module.deployment_names(deployments), deployments):
+            for label, deployment in zip(deployments_module.deployment_names(deployments), deployments):
                 schedule = ", ".join(s.schedule.cron for s in deployment.schedules or []) or "on demand"
-                out.print(f"{name}  ({schedule})", highlight=False)
+                out.print(f"{label}  ({schedule})", highlight=False)
             return
         if not os.environ.get("PREFECT_API_URL"):
             raise KbflowError("kbflow serve needs a Prefect server: run `prefect server start --host 127.0.0.1` and "
                               "export PREFECT_API_URL=http://127.0.0.1:4200/api")
     except KbflowError as exc:
         _fail(exc)
-    if os.environ.get("PREFECT_LOGGING_LEVEL") == "WARNING":  # kbflow's quiet terminal default: runs log INFO
-        os.environ["PREFECT_LOGGING_LEVEL"] = "INFO"
-    deployments_module.serve_all(cfg, config, limit)
+    deployments_module.serve_all(deployments, limit)
 
 
 @app.command()

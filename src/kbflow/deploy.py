@@ -70,14 +70,21 @@ class BackfillRequest(BaseModel):
     )
 
 
-def config_path(name: str) -> Path:
-    """The YAML file a config name stands for; an error lists the names that exist."""
+DEFAULT_CONFIG = "default"
+
+
+def config_path(name: str) -> Path | None:
+    """The YAML file a config name stands for; an error lists the names that exist. ``default`` with no
+    ``default.yaml`` in the configs folder means kbflow's built-in defaults (None): a plain install has no
+    configs folder."""
     if name.endswith((".yaml", ".yml")) or os.sep in name or "/" in name:
         path = Path(name)
     else:
         folder = Path(os.environ.get(CONFIGS_DIR_ENV, "configs"))
         path = folder / f"{name}.yaml"
         if not path.is_file():
+            if name == DEFAULT_CONFIG:
+                return None
             known = sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
             raise ConfigError(
                 f"config {name!r} not found: no {str(path)!r} (working directory {os.getcwd()!r}); "
@@ -88,9 +95,8 @@ def config_path(name: str) -> Path:
     return path
 
 
-def load_named_config(name: str) -> tuple[Path, KbConfig]:
-    path = config_path(name)
-    return path, load_config(path)
+def load_named_config(name: str) -> KbConfig:
+    return load_config(config_path(name))
 
 
 def backfill_targets(config: KbConfig, namespaces: list[str]) -> list[ScheduleConfig]:

@@ -12,7 +12,9 @@ DEFAULTS = {
     "TRANSFORMERS_OFFLINE": "1",
     "HF_HUB_DISABLE_PROGRESS_BARS": "1",
     "TRANSFORMERS_VERBOSITY": "error",
-    "PREFECT_LOGGING_LEVEL": "WARNING",
+    # flow and task run logs reach the API (the UI shows them) at INFO; the terminal shows WARNING and up
+    "PREFECT_LOGGING_LEVEL": "INFO",
+    "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL": "WARNING",
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",  # no network from here: telemetry only logs errors
     # the temporary server a serverless run starts needs more than Prefect's 20 s on a busy 2-core machine
     "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180",

@@ -6,7 +6,8 @@ from pydantic import ValidationError
 
 from kbflow import report
 from kbflow.config import load_config
-from kbflow.deploy import BackfillRequest, IngestRequest, backfill_targets, changed_since, config_path, sources_of
+from kbflow.deploy import (BackfillRequest, IngestRequest, backfill_targets, changed_since, config_path,
+                           load_named_config, sources_of)
 from kbflow.errors import ConfigError
 
 
@@ -34,6 +35,11 @@ def test_config_names_resolve_under_configs_and_unknown_names_list_the_known(tmp
         config_path("nightly2")
     with pytest.raises(ConfigError, match="does not exist"):
         config_path(str(tmp_path / "missing.yaml"))
+    # a plain install has no configs folder: 'default' then means the built-in defaults, other names still fail
+    assert config_path("default") is None
+    assert load_named_config("default") == load_config(None)
+    (tmp_path / "default.yaml").write_text("namespace: from-file\n")
+    assert load_named_config("default").namespace == "from-file"
 
 
 def test_backfill_targets_all_or_listed_and_unknown_is_an_error(tmp_path):

@@ -1,0 +1,26 @@
+"""The distribution lists every package of the tree (setuptools cannot find the mapped flows/ and tasks/ folders,
+so pyproject.toml lists them all), and nothing in the code reaches for sys.path."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_pyproject_lists_exactly_the_packages_of_the_tree():
+    setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    in_tree = {".".join(init.parent.relative_to(REPO / "src").parts) for init in (REPO / "src").rglob("__init__.py")}
+    in_tree |= {"kbflow.flows", "kbflow.tasks"}
+    assert set(setuptools["packages"]) == in_tree
+    assert setuptools["package-dir"] == {"": "src", "kbflow.flows": "flows", "kbflow.tasks": "tasks"}
+    assert all((REPO / folder / "__init__.py").is_file() for folder in ("flows", "tasks"))
+
+
+def test_no_module_edits_sys_path():
+    sources = [*(REPO / "src").rglob("*.py"), *(REPO / "flows").glob("*.py"), *(REPO / "tasks").glob("*.py")]
+    offenders = [str(path.relative_to(REPO)) for path in sources
+                 if re.search(r"sys\.path\.(insert|append|extend)|sys\.path\s*=", path.read_text(encoding="utf-8"))]
+    assert offenders == []
