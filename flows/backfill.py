@@ -61,8 +61,7 @@ def backfill(request: BackfillRequest = BackfillRequest()) -> dict:
         except Exception as exc:  # one namespace's error; the others go on
             outcomes[namespace] = {"status": "failed", "detail": f"{type(exc).__name__}: {str(exc)[:500]}"}
             continue
-        failed = summary["documents"]["failed"]
-        outcomes[namespace] = {"status": "documents failed" if failed else "ok",
+        outcomes[namespace] = {"status": "documents failed" if summary["failures"] else "ok",
                                "detail": f"documents {summary['documents']}, chunks {summary['chunks']}",
                                "run_id": summary["run_id"]}
     create_table_artifact([{"namespace": name, **outcome} for name, outcome in sorted(outcomes.items())],

@@ -29,6 +29,6 @@ def ingest_request(request: IngestRequest = IngestRequest()) -> dict:
     summary = with_task_runner(ingest, config)(
         sources=request.sources or None, namespace=request.namespace, config=config,
         dry_run=request.dry_run, force=request.force, allow_mass_delete=request.allow_mass_delete)
-    if summary["documents"]["failed"]:
+    if summary["failures"]:
         raise DocumentsFailed(failed_documents_message(summary))
     return summary

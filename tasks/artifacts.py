@@ -102,3 +102,11 @@ def engine_logs_in_run():
             _forwarding["runs"] -= 1
             if _forwarding["runs"] == 0:
                 logger.level, logger.propagate = _forwarding["saved"]
+
+
+def run_logs_to_api_only() -> None:
+    """Flow and task run log lines go to the Prefect API (the UI shows them), not to this process's stderr: a
+    caller of the library or the CLI gets kbflow's own summary and one-line errors, not Prefect's INFO lines
+    and tracebacks. `kbflow serve` and workers keep Prefect's console logging."""
+    for name in ("prefect.flow_runs", "prefect.task_runs"):
+        logging.getLogger(name).propagate = False

@@ -10,15 +10,19 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kbflow.engine.ingest import IngestJob
-from kbflow.engine.ingest import ingest as run_engine_ingest
-from kbflow.engine.reembed import reembed as run_engine_reembed
-from kbflow.config import KbConfig, check_namespace, load_config
-from kbflow.errors import ConfigError
-from kbflow.search.searcher import Searcher
-from kbflow.state.lock import NamespaceLock
-from kbflow.state.manifest import NamespaceState
-from kbflow.stores import Hit, SearchFilter, open_store
+from kbflow.environment import set_quiet_offline_defaults
+
+set_quiet_offline_defaults()  # before Prefect reads its settings: offline models, run logs to the API, a quiet console
+
+from kbflow.config import KbConfig, check_namespace, load_config  # noqa: E402
+from kbflow.engine.ingest import IngestJob  # noqa: E402
+from kbflow.engine.ingest import ingest as run_engine_ingest  # noqa: E402
+from kbflow.engine.reembed import reembed as run_engine_reembed  # noqa: E402
+from kbflow.errors import ConfigError  # noqa: E402
+from kbflow.search.searcher import Searcher  # noqa: E402
+from kbflow.state.lock import NamespaceLock  # noqa: E402
+from kbflow.state.manifest import NamespaceState  # noqa: E402
+from kbflow.stores import Hit, SearchFilter, open_store  # noqa: E402
 
 
 def _config(config: KbConfig | str | Path | None, data_dir: str | Path | None) -> KbConfig:
@@ -42,6 +46,21 @@ def orchestration(config: KbConfig) -> str:
     return choice
 
 
+def _as_flow_run(run):
+    """``run()`` (which calls a flow) reporting to the configured Prefect server, or to a temporary one that dies
+    with this process (``kbflow.tasks.server``) when none is configured; run logs go to the API only."""
+    from prefect.settings import PREFECT_API_URL
+
+    from kbflow.tasks.artifacts import run_logs_to_api_only
+    from kbflow.tasks.server import temporary_server
+
+    run_logs_to_api_only()
+    if PREFECT_API_URL.value():  # the environment, a Prefect profile, or a test harness
+        return run()
+    with temporary_server():
+        return run()
+
+
 def _run_ingest(config: KbConfig, job: IngestJob) -> dict:
     if orchestration(config) == "direct":
         return run_engine_ingest(config, job)
@@ -49,8 +68,9 @@ def _run_ingest(config: KbConfig, job: IngestJob) -> dict:
     from kbflow.tasks.runners import with_task_runner
 
     flow = with_task_runner(ingest_flow, config)  # threads, processes or dask, as configured
-    return flow(sources=job.sources, namespace=job.namespace, texts=job.texts or None, dry_run=job.dry_run,
-                force=job.force, allow_mass_delete=job.allow_mass_delete, config=config)
+    return _as_flow_run(lambda: flow(sources=job.sources, namespace=job.namespace, texts=job.texts or None,
+                                     dry_run=job.dry_run, force=job.force, allow_mass_delete=job.allow_mass_delete,
+                                     config=config))
 
 
 def ingest(sources: list[str] | None, namespace: str | None = None, config: KbConfig | str | Path | None = None,
@@ -88,7 +108,8 @@ def reembed(namespace: str, model: str, config: KbConfig | str | Path | None = N
         return run_engine_reembed(cfg, namespace, model, beir, max_ndcg_drop)
     from kbflow.flows.reembed import reembed as reembed_flow
 
-    return reembed_flow(namespace=namespace, model=model, eval_beir=beir, max_ndcg_drop=max_ndcg_drop, config=cfg)
+    return _as_flow_run(lambda: reembed_flow(namespace=namespace, model=model, eval_beir=beir,
+                                             max_ndcg_drop=max_ndcg_drop, config=cfg))
 
 
 def search(query: str, namespace: str | None = None, limit: int | None = None, min_score: float | None = None,

@@ -43,8 +43,12 @@ def _print_json(payload) -> None:
     sys.stdout.write(json.dumps(payload, default=str, ensure_ascii=False, indent=2) + "\n")
 
 
-def _fail(exc: Exception) -> None:
+def _fail(exc: Exception, as_json: bool = False) -> None:
+    """Exit 2 with the error on stderr; with --json also as a JSON object on stdout, so a CI job that parses
+    stdout learns what went wrong."""
     err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
+    if as_json:
+        _print_json({"error": {"type": type(exc).__name__, "message": str(exc)}})
     raise typer.Exit(2)
 
 
@@ -53,7 +57,7 @@ def _run_bench(run, as_json: bool, show, out_file: Path) -> None:
     try:
         result = run()
     except KbflowError as exc:
-        _fail(exc)
+        _fail(exc, as_json)
     if as_json:
         _print_json(result)
         return
@@ -63,7 +67,7 @@ def _run_bench(run, as_json: bool, show, out_file: Path) -> None:
 
 @app.command()
 def ingest(
-    paths: list[Path] = typer.Argument(None, help="Files and folders to ingest, recursively (default: config sources)."),
+    paths: list[str] = typer.Argument(None, help="Files and folders to ingest, recursively (default: config sources)."),
     namespace: Optional[str] = NamespaceOpt,
     config: Optional[Path] = ConfigOpt,
     data_dir: Optional[Path] = DataDirOpt,
@@ -77,7 +81,7 @@ def ingest(
         with _progress_bars(enabled=not as_json) as listener, progress.listening(listener):
             summary = api.ingest(paths, namespace, config, data_dir, dry_run, force, allow_mass_delete)
     except KbflowError as exc:
-        _fail(exc)
+        _fail(exc, as_json)
     _finish_run(summary, as_json)
 
 
@@ -116,7 +120,7 @@ def search(
         hits = api.search(query, namespace, limit, min_score, config, data_dir, mode, _filter(source, heading, doc_id),
                           expand)
     except KbflowError as exc:
-        _fail(exc)
+        _fail(exc, as_json)
     if as_json:
         _print_json([hit.to_dict() for hit in hits])
         return
@@ -146,7 +150,7 @@ def ask(
     try:
         result = api.ask(question, namespace, config, data_dir, mode, _filter(source, None, None), expand)
     except KbflowError as exc:
-        _fail(exc)
+        _fail(exc, as_json)
     if as_json:
         _print_json(result)
         return
@@ -170,7 +174,7 @@ def stats(namespace: Optional[str] = NamespaceOpt, config: Optional[Path] = Conf
     try:
         result = api.stats(namespace, config, data_dir)
     except KbflowError as exc:
-        _fail(exc)
+        _fail(exc, as_json)
     if as_json:
         _print_json(result)
         return
@@ -191,7 +195,7 @@ def add_text(text: str = typer.Argument(..., help="The text to add (Markdown is 
     try:
         summary = api.add_text(text, doc_id, namespace, config, data_dir)
     except KbflowError as exc:
-        _fail(exc)
+        _fail(exc, as_json)
     _finish_run(summary, as_json)
 
 
@@ -220,7 +224,7 @@ def verify(namespace: Optional[str] = NamespaceOpt, repair: bool = typer.Option(
     try:
         report = api.verify(namespace, config, data_dir, repair=repair)
     except KbflowError as exc:
-        _fail(exc)
+        _fail(exc, as_json)
     if as_json:
         _print_json(report)
     else:
@@ -254,7 +258,7 @@ def evaluate(
     try:
         result = eval_beir(beir, config, data_dir, max_queries=max_queries, modes=mode, ingest=not no_ingest)
     except KbflowError as exc:
-        _fail(exc)
+        _fail(exc, as_json)
     if as_json:
         _print_json(result)
         return
@@ -287,7 +291,7 @@ def reembed(
     try:
         result = api.reembed(namespace, model, config, data_dir, eval_beir, max_ndcg_drop)
     except KbflowError as exc:
-        _fail(exc)
+        _fail(exc, as_json)
     if as_json:
         _print_json(result)
     else:
@@ -338,6 +342,32 @@ def bench_memory(
                       f"{share['peak_tree_rss_mb']} MB)")
 
     _run_bench(lambda: run_bench(corpus, fractions, out_file, work_dir, config, tuple(patterns)), as_json, show,
+               out_file)
+
+
+@bench_app.command("overhead")
+def bench_overhead(
+    corpus: Path = typer.Option(Path("data/sample"), "--corpus", help="A small folder of documents (ingested once, "
+                                "then re-ingested as a no-op)."),
+    repeats: int = typer.Option(3, "--repeats", help="No-op ingest processes timed per mode."),
+    add_texts: int = typer.Option(6, "--add-texts", help="KnowledgeBase.add_text calls timed in one warm process."),
+    modes: list[str] = typer.Option(["direct", "prefect-temporary", "prefect-server"], "--mode",
+                                    help="direct | prefect-temporary | prefect-server (repeatable)."),
+    out_file: Path = typer.Option(Path("bench-results/overhead.json"), "--out", help="Where the JSON goes (PNG beside)."),
+    work_dir: Optional[Path] = typer.Option(None, "--work-dir", help="Scratch folder (default: a temporary one)."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Fixed cost of small jobs per way of running the engine: a no-op ingest as a whole process, add_text in a
+    warm process (first and later calls), with no server, a temporary Prefect server, and a running one."""
+    from kbflow.bench.overhead import bench_overhead as run_bench
+
+    def show(result: dict) -> None:
+        for row in result["modes"]:
+            out.print(f"{row['mode']:>18}: no-op ingest {row['noop_ingest_process_median_s']} s (process), add_text "
+                      f"first {row['add_text_first_s']} s, later {row['add_text_warm_median_s']} s, "
+                      f"{row['stderr_lines_of_add_text']} stderr lines", highlight=False)
+
+    _run_bench(lambda: run_bench(corpus, out_file, repeats, add_texts, tuple(modes), work_dir), as_json, show,
                out_file)
 
 
@@ -409,7 +439,7 @@ def convert_files(
                 raise KbflowError(f"{str(path)!r} does not exist: pass existing files or folders")
         result = convert_to_folder(paths, out_dir, options)
     except KbflowError as exc:
-        _fail(exc)
+        _fail(exc, as_json)
     if as_json:
         _print_json(result)
     else:
@@ -471,7 +501,7 @@ def serve(
             raise KbflowError("kbflow serve needs a Prefect server: run `prefect server start --host 127.0.0.1` and "
                               "export PREFECT_API_URL=http://127.0.0.1:4200/api")
     except KbflowError as exc:
-        _fail(exc)
+        _fail(exc, as_json)
     deployments_module.serve_all(deployments, limit)
 
 
@@ -500,7 +530,7 @@ def prune(
         result = run_prune(load_config(config, data_dir=data_dir), keep_runs, namespace or None,
                            timedelta(hours=versions_older_than_hours), result_days)
     except KbflowError as exc:
-        _fail(exc)
+        _fail(exc, as_json)
     if as_json:
         _print_json(result)
         return
@@ -530,7 +560,7 @@ def bench_embed(
     names = [name.strip() for name in backends.split(",") if name.strip()]
     unknown = [name for name in names + ([pipeline] if pipeline else []) if name not in BACKENDS]
     if unknown:
-        _fail(KbflowError(f"unknown backend(s) {unknown}: use {sorted(BACKENDS)}"))
+        _fail(KbflowError(f"unknown backend(s) {unknown}: use {sorted(BACKENDS)}"), as_json)
     def show(result: dict) -> None:
         table = Table(title=f"embed: {result['chunks']} chunks")
         for column in ("backend", "texts/s", "tokens/s", "cosine to fp32"):
@@ -544,9 +574,10 @@ def bench_embed(
 
 
 def _finish_run(summary: dict, as_json: bool) -> None:
-    """Print a run's summary; exit 1 when some documents failed (the others were ingested)."""
+    """Print a run's summary; exit 1 when the run recorded failures (documents, unreadable folders, the index
+    refresh): the rest was ingested."""
     _print_json(summary) if as_json else _print_summary(summary)
-    if summary["documents"]["failed"]:
+    if summary["failures"]:
         raise typer.Exit(1)
 
 

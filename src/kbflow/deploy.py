@@ -142,8 +142,9 @@ def changed_since(sources: list[str], since: datetime) -> bool:
 
 
 def failed_documents_message(summary: dict) -> str:
-    """Why a deployed ingest run ends Failed although it ingested the other documents."""
-    docs = summary["documents"]
-    return (f"{docs['failed']} document(s) of namespace {summary['namespace']!r} failed in run {summary['run_id']} "
-            f"(the others were ingested): see the run's failures artifact or failures.parquet, fix or remove "
-            f"those files, and run again")
+    """Why a deployed ingest run ends Failed although it ingested the rest."""
+    docs, failures = summary["documents"], summary["failures"]
+    stages = sorted({failure["stage"] for failure in failures})
+    return (f"{len(failures)} failure(s) ({', '.join(stages)}; {docs['failed']} document(s)) in namespace "
+            f"{summary['namespace']!r}, run {summary['run_id']} (the rest was ingested): see the run's failures "
+            "artifact or failures.parquet, fix or remove those files, and run again")

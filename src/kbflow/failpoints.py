@@ -2,11 +2,12 @@
 
 Armed only through the environment, never by config: ``KBFLOW_FAILPOINTS="upsert.after_store=2:kill"`` makes the
 second pass through ``upsert.after_store`` SIGKILL its own process; ``:raise`` raises ``FailpointError`` there;
-``:pause(20)`` writes the point's name to ``$KBFLOW_FAILPOINTS_MARKER`` (if set) and sleeps 20 s, so a test can act
-while a run stands at a known place. Several points are separated by commas. Unarmed, a failpoint costs one
+``:pause(20)`` writes the point's name to ``$KBFLOW_FAILPOINTS_MARKER`` (if set) and waits until the test removes that
+file (at most 20 s; without a marker it sleeps 20 s), so a test acts while a run stands at a known place and then
+lets it go on: a handshake, not a guess at timing. Several points are separated by commas. Unarmed, a failpoint costs one
 environment lookup; the pipeline passes through a handful per batch.
 
-The points (flows/ingest.py): ``plan.written``, ``convert.done``, ``split.done``, ``chunk.done`` (per document
+The points (kbflow.engine.ingest and kbflow.engine.embedding): ``plan.written``, ``convert.done``, ``split.done``, ``chunk.done`` (per document
 batch), ``embed.batch_done`` (per finished embedding task, its vectors already in the cache),
 ``upsert.after_store`` (store written, manifest not yet), ``upsert.done``, ``delete.after_store``, ``run.finishing``.
 """
@@ -57,7 +58,17 @@ def failpoint(name: str) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
         if action == "raise":
             raise FailpointError(f"failpoint {name} (pass {hit}) raised on purpose")
-        marker = os.environ.get(MARKER_ENV)
-        if marker:
-            Path(marker).write_text(name, encoding="utf-8")
-        time.sleep(float(seconds))
+        _pause(name, float(seconds))
+
+
+def _pause(name: str, seconds: float) -> None:
+    """Stand still at ``name``: a handshake when ``$KBFLOW_FAILPOINTS_MARKER`` is set (write the point's name there,
+    wait until the test removes the file, at most ``seconds``), else a plain sleep."""
+    marker = os.environ.get(MARKER_ENV)
+    if not marker:
+        time.sleep(seconds)
+        return
+    Path(marker).write_text(name, encoding="utf-8")
+    deadline = time.monotonic() + seconds
+    while Path(marker).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import shutil
-import threading
-from http.server import ThreadingHTTPServer
 
 import pyarrow.parquet as pq
 import yaml
 
 from kbflow.flows.ingest import ingest
 from tests.conftest import CASES
-from tests.unit.test_dashscope_asr import KEY, FakeDashScope, success
+from kbflow.bench.fake_services import FakeServices
+
+KEY = "sk-test-not-a-real-key-1234567890"
 
 
 def test_bad_files_become_failure_rows_and_the_rest_is_ingested(tmp_path, counting):
@@ -36,15 +36,13 @@ def test_bad_files_become_failure_rows_and_the_rest_is_ingested(tmp_path, counti
 def test_a_transient_conversion_failure_is_retried_by_the_next_run(tmp_path, counting, monkeypatch):
     """DashScope answers 500 in the first run and works in the second: the second run must convert the file again
     (a batch cache that kept the failure would replay it)."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeDashScope)
-    server.requests, server.script = [], [(500, {}, {"code": "InternalError", "message": "try later"})]
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with FakeServices(key=KEY) as server:
+        server.script = [(500,)]
         monkeypatch.setenv("KBFLOW_TEST_DASHSCOPE_KEY", KEY)
         config = tmp_path / "kbflow.yaml"
         config.write_text(yaml.safe_dump({"convert": {
             "audio_backend": "dashscope", "dashscope_api_key_env": "KBFLOW_TEST_DASHSCOPE_KEY",
-            "dashscope_base_url": f"http://127.0.0.1:{server.server_address[1]}", "dashscope_retries": 0}}))
+            "dashscope_base_url": server.url, "dashscope_retries": 0}}))
         audio = tmp_path / "voice"
         audio.mkdir()
         shutil.copy(CASES / "formats" / "conf-onlyperson.wav", audio / "conf-onlyperson.wav")
@@ -54,9 +52,7 @@ def test_a_transient_conversion_failure_is_retried_by_the_next_run(tmp_path, cou
         assert first["documents"]["failed"] == 1
         assert first["failures"][0]["error_type"] == "TransientError"
 
-        server.script = [success("You are currently the only person in this conference.")]
+        server.transcripts = ["You are currently the only person in this conference."]
         second = ingest(sources=[str(audio)], data_dir=data, config_path=str(config))
         assert second["documents"]["failed"] == 0 and second["documents"]["new"] == 1
         assert second["store"]["count"] == 1 and len(server.requests) == 2
-    finally:
-        server.shutdown()

@@ -15,15 +15,17 @@ from kbflow.embed.factory import get_embedder
 from kbflow.config import load_config
 from kbflow.state.manifest import NamespaceState
 from kbflow.stores.lancedb_store import LanceStore
-from tests.fakes.embedding_server import EmbeddingServer
+from kbflow.bench.fake_services import FakeServices
+from kbflow.embed.remote import PROBE_TEXT
 
 KEY = "sk-flow-test"
+PROBE = 1  # every run with work first embeds one short text (the credential check)
 
 
 @pytest.fixture
 def server(monkeypatch, own_backend):
     monkeypatch.setenv("KBFLOW_FLOW_TEST_KEY", KEY)
-    with EmbeddingServer(key=KEY, max_batch=10, dimension=64, slow_s=1.5, retry_after="1") as running:
+    with FakeServices(key=KEY, max_batch=10, dimension=64, slow_s=1.5, retry_after="1") as running:
         yield running
 
 
@@ -57,7 +59,7 @@ def test_transient_failures_are_retried_and_each_text_embedded_once(docs_dir, tm
     assert len(rows) == summary["store"]["count"] == summary["chunks"]["embedded"] > 4
     assert all(len(row["vector"]) == 64 and abs(np.linalg.norm(row["vector"]) - 1) < 1e-4 for row in rows)
     assert max(server.served.values()) == 1  # no text was embedded twice, though three requests failed
-    assert sum(server.served.values()) == summary["chunks"]["embedded"]
+    assert sum(server.served.values()) == summary["chunks"]["embedded"] + PROBE
     assert len(manifest) == 4
     assert all(len(r["texts"]) <= 10 for r in server.requests)
 
@@ -85,12 +87,12 @@ def test_permanent_failure_is_recorded_and_the_run_goes_on(docs_dir, tmp_path, s
     assert second["documents"]["failed"] == 0
     assert second["documents"]["new"] == len(blocked)
     rows, manifest = stored(tmp_path)
-    assert len(manifest) == 4 and max(server.served.values()) == 1
-    assert sum(server.served.values()) - served_before == second["chunks"]["embedded"]
+    assert len(manifest) == 4 and server.served.pop(PROBE_TEXT) == 2 and max(server.served.values()) == 1
+    assert sum(server.served.values()) + 2 * PROBE - served_before == second["chunks"]["embedded"] + PROBE
 
 
 def test_exhausted_retries_fail_the_batch_with_its_attempts(docs_dir, tmp_path, server):
-    server.script = ["500"] * 50  # a server down for the whole run
+    server.script = ["ok"] + ["500"] * 50  # the credential check passes, then the server is down for the run
     config = write_config(tmp_path, server, retries=1)
     summary = ingest(sources=[str(docs_dir)], config_path=config)
     failures = [f for f in failures_of(summary, tmp_path) if f["chunk_ids"]]

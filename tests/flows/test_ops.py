@@ -94,7 +94,7 @@ def test_request_with_failed_documents_ends_failed_and_lists_them_in_an_artifact
     for name in ("broken.pdf", "empty.docx", "random.xlsx"):
         shutil.copy(CASES / "bad" / name, bad / name)
     request = IngestRequest(namespace="bad-files", sources=[str(bad)], config=str(config))
-    with pytest.raises(DocumentsFailed, match=r"3 document\(s\) of namespace 'bad-files' failed"):
+    with pytest.raises(DocumentsFailed, match=r"3 failure\(s\) \(convert; 3 document\(s\)\) in namespace 'bad-files'"):
         ingest_request(request)
     with get_client(sync_client=True) as client:
         artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(

@@ -15,7 +15,7 @@ from kbflow import KnowledgeBase
 from kbflow.search import fusion
 from kbflow.search.tokens import words
 from tests.conftest import CASES
-from tests.fake_services import FakeService
+from kbflow.bench.fake_services import FakeServices
 
 
 @pytest.fixture(scope="module")
@@ -87,11 +87,10 @@ def test_both_stores_rank_bm25_alike(kbs):
 
 @pytest.fixture
 def llm(monkeypatch):
-    service = FakeService()
-    monkeypatch.setenv("OPENAI_BASE_URL", service.url + "/v1")
-    monkeypatch.setenv("OPENAI_API_KEY", service.key)
-    yield service
-    service.close()
+    with FakeServices(key="test-key") as service:
+        monkeypatch.setenv("OPENAI_BASE_URL", service.url + "/v1")
+        monkeypatch.setenv("OPENAI_API_KEY", service.key)
+        yield service
 
 
 def test_ask_cites_numbered_sources(kbs, llm):

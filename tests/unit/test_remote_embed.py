@@ -1,4 +1,4 @@
-"""DashScope and OpenAI-compatible backends against a real HTTP server on 127.0.0.1 (tests/fakes)."""
+"""DashScope and OpenAI-compatible backends against a real HTTP server on 127.0.0.1 (kbflow.bench.fake_services)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from kbflow.embed.ratelimit import RateLimiter
 from kbflow.embed.registry import build_embedder
 from kbflow.http import parse_retry_after
 from kbflow.errors import AuthError, ConfigError, EmbeddingError, PermanentError, TransientError
-from tests.fakes.embedding_server import EmbeddingServer, text_vector
+from kbflow.bench.fake_services import FakeServices, text_vector
 
 KEY = "sk-test-secret"
 
 
 @pytest.fixture
 def server():
-    with EmbeddingServer(key=KEY, max_batch=10, dimension=64, slow_s=1.5) as running:
+    with FakeServices(key=KEY, max_batch=10, dimension=64, slow_s=1.5) as running:
         yield running
 
 
@@ -170,3 +170,21 @@ def test_rate_limiter_spreads_requests_and_tokens():
     limiter.acquire(1)  # 10 tokens/s: from -20 to 1 takes 2.1 s
     assert now[0] == pytest.approx(4.1, abs=0.01)
     assert limiter.waited_s == pytest.approx(sum(sleeps))
+
+
+def test_dashscope_requests_go_where_the_sdk_variable_points_unless_the_config_says(server, monkeypatch):
+    monkeypatch.setenv("KBFLOW_TEST_KEY", KEY)
+    monkeypatch.setenv("DASHSCOPE_HTTP_BASE_URL", server.url + "/api/v1")  # a proxy or regional endpoint
+    embedder = build_embedder(EmbedderConfig(backend="dashscope", model="text-embedding-v4", dimension=64,
+                                             api_key_env="KBFLOW_TEST_KEY", timeout_s=2.0))
+    assert embedder.embed_documents(["via the environment"]).shape == (1, 64)
+    assert server.requests[-1]["texts"] == ["via the environment"]
+    # the config's own endpoint wins over the variable
+    with FakeServices(key=KEY) as other:
+        chosen = build_embedder(EmbedderConfig(backend="dashscope", model="text-embedding-v4", dimension=64,
+                                               api_key_env="KBFLOW_TEST_KEY", base_url=other.url, timeout_s=2.0))
+        chosen.embed_documents(["via the config"])
+        assert other.requests[-1]["path"].startswith("/api/v1/") and len(server.requests) == 1
+    monkeypatch.delenv("DASHSCOPE_HTTP_BASE_URL")
+    assert build_embedder(EmbedderConfig(backend="dashscope", api_key_env="KBFLOW_TEST_KEY")).base_url == \
+        "https://dashscope.aliyuncs.com/api/v1"

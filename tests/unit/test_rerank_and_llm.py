@@ -12,16 +12,16 @@ from kbflow.search import fusion
 from kbflow.search.llm import ChatClient, LlmNotConfigured
 from kbflow.search.rerank import CrossEncoderReranker, DashScopeReranker, get_reranker
 from kbflow.stores import Hit
-from tests.fake_services import RERANK_PATH, FakeService, overlap_score
+from kbflow.bench.fake_services import DASHSCOPE_RERANK as RERANK_PATH
+from kbflow.bench.fake_services import FakeServices, overlap_score
 
 PASSAGES = ["备份数据库的命令是 pg_dump", "the tar archive format", "恢复时先停止服务器", "ssh remote login"]
 
 
 @pytest.fixture
 def service():
-    service = FakeService()
-    yield service
-    service.close()
+    with FakeServices(key="test-key") as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +93,7 @@ def test_dashscope_batches_over_500_documents(service, monkeypatch):
 
 def test_dashscope_retries_429_and_5xx_honouring_retry_after(service, monkeypatch):
     reranker = dashscope(service, monkeypatch, retries=3)
-    service.faults = [(429, 0.3), (503,)]
+    service.script = [(429, 0.3), (503,)]
     started = time.perf_counter()
     assert reranker.scores("tar", PASSAGES) == [overlap_score("tar", p) for p in PASSAGES]
     assert time.perf_counter() - started >= 0.3 and len(service.requests) == 3
@@ -101,10 +101,10 @@ def test_dashscope_retries_429_and_5xx_honouring_retry_after(service, monkeypatc
 
 def test_dashscope_gives_up_after_retries_and_on_timeouts(service, monkeypatch):
     reranker = dashscope(service, monkeypatch, retries=1)
-    service.faults = [(500,), (500,)]
+    service.script = [(500,), (500,)]
     with pytest.raises(TransientError, match="500 InternalError"):
         reranker.scores("tar", PASSAGES)
-    service.faults = [("sleep", 1.5), ("sleep", 1.5)]
+    service.script = [("sleep", 1.5), ("sleep", 1.5)]
     with pytest.raises(TransientError, match="timeout"):
         reranker.scores("tar", PASSAGES)
 
@@ -138,9 +138,9 @@ def test_chat_client_speaks_openai_chat_completions(service, monkeypatch):
 
 def test_chat_client_faults(service, monkeypatch):
     client = chat_client(service, monkeypatch, retries=2)
-    service.faults = [(429, 0), (502,)]
+    service.script = [(429, 0), (502,)]
     assert client.complete([{"role": "user", "content": "x"}]) == "ok"
-    service.faults = [(400,)]
+    service.script = [(400,)]
     with pytest.raises(PermanentError, match="400"):
         client.complete([{"role": "user", "content": "x"}])
     service.chat_responder = lambda messages: "   "

@@ -1,4 +1,4 @@
-"""Per-document cache of successful conversions, keyed by (source bytes, converter fingerprint).
+"""Per-document cache of successful conversions, keyed by (sha256 of the bytes converted, converter fingerprint).
 
 Failures are never stored: a file that failed for a passing reason (a timeout on a busy machine, a 429 from a
 speech service) is converted again on the next run. One file per document, written to a temporary name and
@@ -23,13 +23,13 @@ class ConversionCache:
     def __init__(self, root: str | Path):
         self.root = Path(root)
 
-    def _path(self, source: SourceFile, fingerprint: str) -> Path:
-        key = hashlib.sha256(f"{source.source_sha256}\x00{fingerprint}".encode()).hexdigest()
+    def _path(self, source_sha256: str, fingerprint: str) -> Path:
+        key = hashlib.sha256(f"{source_sha256}\x00{fingerprint}".encode()).hexdigest()
         return self.root / key[:2] / f"{key}.json"
 
     def get(self, source: SourceFile, fingerprint: str) -> dict | None:
-        """The documents row of an earlier success for these bytes and this converter, or None."""
-        path = self._path(source, fingerprint)
+        """The documents row of an earlier success for the bytes the scan hashed and this converter, or None."""
+        path = self._path(source.source_sha256, fingerprint)
         try:
             cached = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -38,8 +38,9 @@ class ConversionCache:
                 "source_sha256": source.source_sha256, "size": source.size, "mtime": source.mtime,
                 "mime": source.mime, "status": "ok", "error": None, **{k: cached.get(k) for k in CACHED_FIELDS}}
 
-    def put(self, source: SourceFile, fingerprint: str, row: dict) -> None:
-        path = self._path(source, fingerprint)
+    def put(self, source_sha256: str, fingerprint: str, row: dict) -> None:
+        """Store a success under the hash of the bytes that were converted (not the scan's, which may be older)."""
+        path = self._path(source_sha256, fingerprint)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
         tmp.write_text(json.dumps({k: row[k] for k in CACHED_FIELDS}, ensure_ascii=False), encoding="utf-8")

@@ -77,6 +77,7 @@ class Converted:
     markdown: str
     converter: str  # the fingerprint and the path taken, e.g. '...:pdf-pdfium'
     encoding: str | None = None  # the text encoding, for text formats
+    source_sha256: str | None = None  # of the bytes actually converted (a file may change after the scan)
 
 
 _markitdown = None
@@ -172,8 +173,8 @@ def _convert_text_like(data: bytes, name: str, suffix: str, source: str,
 
 def convert_file(path: str, source_path: str, options: ConvertConfig | None = None,
                  member: str | None = None) -> Converted:
-    """Markdown of one file (or of one ZIP member, read in memory). Raises ConversionError with the file name
-    and what to do."""
+    """Markdown of one file (or of one ZIP member, read in memory), with the sha256 of the bytes it was made from.
+    Raises ConversionError with the file name and what to do."""
     options = options or ConvertConfig()
     limits = ArchiveLimits(int(options.zip_max_total_mb * 1e6), options.zip_max_members)
     if member is not None:
@@ -182,18 +183,32 @@ def convert_file(path: str, source_path: str, options: ConvertConfig | None = No
             info = next((m for m in members if m.filename == member), None)
             if info is None:
                 raise ConversionError(f"{source_path}: the archive no longer holds this member; run again")
-            return convert_bytes(read_member(archive, info, source_path), member, source_path, options)
+            data = read_member(archive, info, source_path)
+        return _converted_from(data, member, source_path, options)
     if Path(path).suffix.lower() in ZIP_SUFFIXES:
         archive, _members = open_archive(path, source_path, limits)  # raises the reason the scan refused it
         archive.close()
         raise ConversionError(f"{source_path}: a ZIP archive is ingested member by member; scan it again")
-    return convert_bytes(Path(path).read_bytes(), Path(path).name, source_path, options)
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ConversionError(f"{source_path}: cannot be read ({exc.strerror or exc}); fix its permissions or "
+                              "exclude it with convert.exclude") from None
+    return _converted_from(data, Path(path).name, source_path, options)
+
+
+def _converted_from(data: bytes, name: str, source_path: str, options: ConvertConfig) -> Converted:
+    converted = convert_bytes(data, name, source_path, options)
+    return Converted(converted.markdown, converted.converter, converted.encoding, hashlib.sha256(data).hexdigest())
 
 
 def _row(source: SourceFile, converted: Converted | None, converter: str, error: str | None) -> dict:
     return {
         "doc_id": source.doc_id, "source_path": source.source_path, "abs_path": source.abs_path,
-        "source_sha256": source.source_sha256, "size": source.size, "mtime": source.mtime, "mime": source.mime,
+        # the hash of what was converted, which the manifest then records: a file edited between scan and convert
+        # is seen as changed by the next run instead of keeping the edited text under the old hash
+        "source_sha256": (converted.source_sha256 if converted and converted.source_sha256 else source.source_sha256),
+        "size": source.size, "mtime": source.mtime, "mime": source.mime,
         "converter": converted.converter if converted else converter,
         "markdown": converted.markdown if converted else None,
         "status": "failed" if error else "ok", "error": error,
@@ -204,7 +219,7 @@ def _row(source: SourceFile, converted: Converted | None, converter: str, error:
 def _convert_one(source: SourceFile, options: ConvertConfig) -> dict:
     try:
         if source.unreadable:
-            raise ConversionError(f"{source.source_path}: {source.unreadable}; fix the link or remove it")
+            raise ConversionError(f"{source.source_path}: {source.unreadable}")
         max_bytes = int(options.max_file_mb * 1e6)
         if source.size > max_bytes:
             raise ConversionError(
@@ -289,5 +304,5 @@ def convert_batch(sources: list[SourceFile], options: ConvertConfig | None = Non
     if cache is not None:
         for i in todo:
             if rows[i]["status"] == "ok":
-                cache.put(sources[i], keys[i], rows[i])
+                cache.put(rows[i]["source_sha256"], keys[i], rows[i])
     return pa.Table.from_pylist(rows, schema=DOCUMENTS)

@@ -29,6 +29,17 @@ class SourceFile:
     unreadable: str | None = None  # why the file could not be read at scan time (a symlink loop, ...): fails at convert
 
 
+@dataclass(frozen=True)
+class UnreadableFolder:
+    """A folder the scan could not list: its documents are not gone, only out of sight, so none is removed."""
+
+    source_path: str  # relative, like a SourceFile's ('docs/private'); documents under it start with it + '/'
+    reason: str
+
+    def holds(self, source_path: str) -> bool:
+        return source_path == self.source_path or source_path.startswith(self.source_path.rstrip("/") + "/")
+
+
 def doc_id_for(namespace: str, source_path: str) -> str:
     """Stable per (namespace, relative source path): the same file keeps its id across runs and machines."""
     return hashlib.sha256(f"{namespace}\x00{source_path}".encode()).hexdigest()[:32]
@@ -46,11 +57,14 @@ def _excluded(name: str, patterns: list[str]) -> bool:
     return any(fnmatch.fnmatch(name, pattern) for pattern in patterns)
 
 
-def iter_files(sources: list[str | Path], include: list[str], exclude: list[str]):
+def iter_files(sources: list[str | Path], include: list[str], exclude: list[str],
+               unreadable: list[UnreadableFolder] | None = None):
     """Yield (file path, base folder) for every file under the sources, recursively, in a stable order.
 
     Symlinked folders are not followed, so a symlink loop cannot trap the walk; a symlink that leads nowhere
-    (a loop, a missing target) is yielded too, so that it is reported instead of silently skipped.
+    (a loop, a missing target) is yielded too, so that it is reported instead of silently skipped. A folder that
+    cannot be listed (permissions, an I/O error) is appended to ``unreadable``; without that list it is an error:
+    a walk must never pass off an unreadable folder as an empty one.
     """
     for source in sources:
         root = Path(source).expanduser()
@@ -63,7 +77,16 @@ def iter_files(sources: list[str | Path], include: list[str], exclude: list[str]
         if root.is_file():
             yield root, root.parent
             continue
-        for folder, dirnames, filenames in os.walk(root, followlinks=False):
+
+        def on_error(error: OSError, base: Path = root.parent) -> None:
+            folder = Path(error.filename or root)
+            found = UnreadableFolder(folder.relative_to(base).as_posix(), error.strerror or str(error))
+            if unreadable is None:
+                raise ConfigError(f"cannot list folder {str(folder)!r}: {found.reason}; fix its permissions or "
+                                  "exclude it") from None
+            unreadable.append(found)
+
+        for folder, dirnames, filenames in os.walk(root, followlinks=False, onerror=on_error):
             dirnames[:] = sorted(d for d in dirnames if not _excluded(d, exclude))
             for name in sorted(filenames):
                 if _excluded(name, exclude) or not any(fnmatch.fnmatch(name, p) for p in include):
@@ -85,7 +108,7 @@ def _unreadable_source(path: Path, source_path: str, namespace: str) -> SourceFi
         digest = hashlib.sha256(f"{reason}\x00{target}".encode()).hexdigest()
         return SourceFile(doc_id=doc_id_for(namespace, source_path), source_path=source_path, abs_path=str(path),
                           source_sha256=digest, size=0, mtime=0.0, mime="inode/symlink",
-                          unreadable=f"{reason} (-> {target!r}): {exc.strerror}")
+                          unreadable=f"{reason} (-> {target!r}): {exc.strerror}; fix the link or remove it")
 
 
 def archive_members(path: Path, source_path: str, namespace: str, limits: ArchiveLimits,
@@ -121,31 +144,52 @@ def archive_members(path: Path, source_path: str, namespace: str, limits: Archiv
 
 
 def scan(sources: list[str | Path], namespace: str, include: list[str], exclude: list[str],
-         archive_limits: ArchiveLimits | None = None) -> list[SourceFile]:
+         archive_limits: ArchiveLimits | None = None,
+         unreadable_folders: list[UnreadableFolder] | None = None) -> list[SourceFile]:
     """Hash every source file. Relative paths start at each source's own folder name, so the same
-    folder ingested from another working directory keeps its ids. ZIP archives are listed member by member."""
+    folder ingested from another working directory keeps its ids. ZIP archives are listed member by member.
+
+    A file that cannot be read becomes a source whose conversion fails with the reason (one failure row; the
+    other files go on). A folder that cannot be listed goes to ``unreadable_folders`` (see ``iter_files``)."""
     limits = archive_limits or ArchiveLimits(max_total_bytes=500_000_000, max_members=10_000)
     found: dict[str, SourceFile] = {}
-    for path, base in iter_files(sources, include, exclude):
+    for path, base in iter_files(sources, include, exclude, unreadable_folders):
         source_path = path.relative_to(base).as_posix()
         unreadable = _unreadable_source(path, source_path, namespace)
         if unreadable is not None:
             found[source_path] = unreadable
             continue
-        if path.suffix.lower() in ZIP_SUFFIXES:
-            members = archive_members(path, source_path, namespace, limits, include, exclude)
-            if members is not None:
-                found.update((member.source_path, member) for member in members)
-                continue
-        stat = path.stat()
+        try:
+            if path.suffix.lower() in ZIP_SUFFIXES:
+                members = archive_members(path, source_path, namespace, limits, include, exclude)
+                if members is not None:
+                    found.update((member.source_path, member) for member in members)
+                    continue
+            stat = path.stat()
+            digest = sha256_file(path)
+        except OSError as exc:
+            found[source_path] = _failed_read(path, source_path, namespace, exc)
+            continue
         mime = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
         found[source_path] = SourceFile(
             doc_id=doc_id_for(namespace, source_path),
             source_path=source_path,
             abs_path=str(path),
-            source_sha256=sha256_file(path),
+            source_sha256=digest,
             size=stat.st_size,
             mtime=stat.st_mtime,
             mime=mime,
         )
     return [found[key] for key in sorted(found)]
+
+
+def _failed_read(path: Path, source_path: str, namespace: str, exc: OSError) -> SourceFile:
+    """A file that exists but cannot be read: listed (so its stored version is kept, not removed), failing at
+    convert with the reason. Its hash stands for the failure, so a stored document counts as changed and stays
+    as it was when the conversion fails."""
+    reason = f"unreadable file: {exc.strerror or exc}"
+    return SourceFile(doc_id=doc_id_for(namespace, source_path), source_path=source_path, abs_path=str(path),
+                      source_sha256=hashlib.sha256(f"{reason}\x00{source_path}".encode()).hexdigest(), size=0,
+                      mtime=0.0, mime="application/octet-stream",
+                      unreadable=f"{reason}; fix its permissions (it must be readable by the user running kbflow) "
+                                 "or exclude it with convert.exclude")

@@ -14,6 +14,7 @@ environment variable (a proxy or a regional endpoint), else the public endpoint.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 
@@ -31,6 +32,13 @@ DASHSCOPE_MODELS = {  # model -> (max rows per request, max tokens per row, allo
     "text-embedding-v3": (10, 8192, (1024, 768, 512, 256, 128, 64), 1024),
 }
 PROBE_TEXT = "kbflow"  # what the credential check embeds: one short word
+
+
+def _quiet_dashscope_sdk() -> None:
+    """The SDK logs every failed request with its traceback (to stderr, through the root logger); kbflow reports
+    the failure itself, once, as the error it means. Its own switch, DASHSCOPE_LOGGING_LEVEL, still turns them on."""
+    if not os.environ.get("DASHSCOPE_LOGGING_LEVEL"):
+        logging.getLogger("dashscope").propagate = False
 
 
 def _api_key(env_name: str, backend: str) -> str:
@@ -121,6 +129,7 @@ class DashScopeEmbedder(RemoteEmbedder):
         self.base_url = http.dashscope_base_url(base_url)
         self.timeout_s = timeout_s
         self._key = _api_key(api_key_env, "dashscope")
+        _quiet_dashscope_sdk()
         super().__init__(max_tokens, max_batch or rows, requests_per_minute, tokens_per_minute,
                          ("dashscope", model, self.base_url), retry or RetryPolicy(), api_key_env)
         self.model_id = f"dashscope:{model};dim={dimension};norm=l2;prefix=text_type:query|document"

@@ -26,7 +26,7 @@ from kbflow.chunk.chunker import chunker_fingerprint
 from kbflow.config import KbConfig, check_namespace
 from kbflow.convert.archive import ArchiveLimits
 from kbflow.convert.converters import converter_fingerprint, text_documents, text_sources
-from kbflow.convert.scan import scan
+from kbflow.convert.scan import UnreadableFolder, scan
 from kbflow.embed import get_embedder
 from kbflow.engine import stages
 from kbflow.engine.embedding import embed_with_cache
@@ -34,7 +34,7 @@ from kbflow.engine.plan import Fingerprints, Plan, check_deletion_guard, make_pl
 from kbflow.engine.rows import (chunks_of, conversion_failures, embed_inputs, failure_rows, manifest_rows,
                                 ready_documents, resolve_chunk_tokens, store_rows)
 from kbflow.engine.runner import DirectRunner, StageRunner
-from kbflow.errors import ConfigError
+from kbflow.errors import ConfigError, KbflowError
 from kbflow.failpoints import failpoint
 from kbflow.schemas import CHUNKS, DOCUMENTS, SECTIONS
 from kbflow.state import housekeeping
@@ -42,6 +42,7 @@ from kbflow.state.lock import NamespaceLock
 from kbflow.state.manifest import NamespaceState
 from kbflow.state.snapshots import clean_temporaries, write_table
 from kbflow.stores import open_store
+from kbflow.stores.errors import store_errors
 from kbflow.stores.factory import store_uri
 from kbflow.stores.vector_cache import VectorCache
 
@@ -81,6 +82,7 @@ class Run:
     store: object = None
     cache: VectorCache | None = None
     auth_refused: BaseException | None = None
+    embedding_counts_at_start: dict[str, int] = field(default_factory=dict)
 
     def timed(self, stage: str, started: float, done: int | None = None, total: int = 0) -> None:
         """Charge the time since ``started`` to ``stage``; with ``done``, also report the stage's progress."""
@@ -127,6 +129,7 @@ def _ingest(config: KbConfig, job: IngestJob, runner: StageRunner, run_id: str) 
                        "documents": {"new": 0, "changed": 0, "unchanged": 0, "removed": 0, "failed": 0},
                        "chunks": {"total": 0, "embedded": 0, "reused": 0, "deleted": 0},
                        "store": {"count": 0, "indexes": {}}, "failures": []})
+    run.embedding_counts_at_start = _embedding_counts(embedder)
     if job.dry_run:
         plan = _plan(run, sources, texts)
         run.summary["plan"] = plan.table().to_pylist()
@@ -134,7 +137,9 @@ def _ingest(config: KbConfig, job: IngestJob, runner: StageRunner, run_id: str) 
             run.summary["store"]["count"] = open_store(config, state.store_namespace(), embedder.dimension).count()
         return _finish(run, wall_started)
 
-    with NamespaceLock(state.root, namespace):  # one writer per namespace; the plan is made under the lock
+    # a data dir that cannot be written (permissions, read-only or full disk) is one clear error, naming the path
+    with store_errors(f"ingesting into data dir {str(data_dir)!r}"), NamespaceLock(state.root, namespace):
+        # one writer per namespace; the plan is made under the lock
         plan = _plan(run, sources, texts)
         check_deletion_guard(plan, len(state.read_manifest()), config.flow.max_delete_fraction, job.allow_mass_delete)
         for folder in (state.root, data_dir / "runs" / namespace):  # leftovers of a killed run
@@ -146,6 +151,8 @@ def _ingest(config: KbConfig, job: IngestJob, runner: StageRunner, run_id: str) 
         run.store.defer_vector_index = True  # built once after the last batch, not on top of a batch's memory
         run.cache = VectorCache(store_uri(config), embedder.model_id, embedder.dimension)
         run.cache.ensure_table()  # before any stage runs: concurrent embed calls only ever append to it
+        if plan.todo:
+            _check_embedder(run)
         progress.report("documents", 0, len(plan.todo))
         _ingest_batches(run, plan, {f"text:{t['doc_id']}": t["text"] for t in texts})
         if plan.removed:
@@ -167,9 +174,20 @@ def _plan(run: Run, sources: list[str] | None, texts: list[dict]) -> Plan:
     started = time.perf_counter()
     config = run.config
     limits = ArchiveLimits(int(config.convert.zip_max_total_mb * 1e6), config.convert.zip_max_members)
-    scanned = scan(sources, run.namespace, config.convert.include, config.convert.exclude, limits) if sources else []
+    unreadable: list[UnreadableFolder] = []
+    scanned = scan(sources, run.namespace, config.convert.include, config.convert.exclude, limits,
+                   unreadable) if sources else []
     manifest = run.state.read_manifest()
-    files = make_plan(scanned, manifest, run.fingerprints, force=run.force, track_removals=bool(sources))
+    files = make_plan(scanned, manifest, run.fingerprints, force=run.force, track_removals=bool(sources),
+                      unreadable_folders=unreadable)
+    stored_paths = manifest.column("source_path").to_pylist()
+    for folder in unreadable:  # out of sight is not deleted: its stored documents stay as they are
+        kept = sum(1 for path in stored_paths if folder.holds(path))
+        run.failures.append({"stage": "scan", "source_path": folder.source_path, "error_type": "UnreadableFolder",
+                             "message": f"{folder.source_path}: cannot list this folder ({folder.reason}); its "
+                                        f"{kept} stored documents are kept as they are and nothing in it was ingested. "
+                                        "Fix its permissions (it must be readable by the user running kbflow), or "
+                                        "exclude it with convert.exclude"})
     literal = make_plan(text_sources(texts, run.namespace), manifest, run.fingerprints, force=run.force,
                         track_removals=False)
     plan = Plan(files.new + literal.new, files.changed + literal.changed, files.unchanged + literal.unchanged,
@@ -180,11 +198,34 @@ def _plan(run: Run, sources: list[str] | None, texts: list[dict]) -> Plan:
     return plan
 
 
+def _check_embedder(run: Run) -> None:
+    """Before converting anything: a remote embedder proves its key and endpoint work with one short request
+    (retried like any request). A refused key, a wrong model or a provider that stays down ends the run here,
+    recorded in its failures snapshot, instead of after every document was converted and every embed call
+    failed the same way."""
+    try:
+        run.embedder.check_access()
+    except KbflowError as exc:
+        run.failures.append({"stage": "embed", "error_type": type(exc).__name__, "message": str(exc)[:1000],
+                             "attempts": getattr(exc, "attempts", 1)})
+        write_table(failure_rows(run.failures), run.run_dir / "failures.parquet")
+        raise
+
+
+def _embedding_counts(embedder) -> dict[str, int]:
+    """What a remote embedder has sent so far in this process (requests, texts, retries); nothing for a local one."""
+    return {name: getattr(embedder, name) for name in ("requests_sent", "texts_sent", "retries")
+            if hasattr(embedder, name)}
+
+
 def _finish(run: Run, wall_started: float) -> dict:
     run.summary["documents"]["failed"] = len({f["doc_id"] for f in run.failures if f.get("doc_id")})
     run.summary["failures"] = run.failures
     run.summary["seconds"] = {**{k: round(v, 3) for k, v in run.seconds.items()},
                               "total": round(time.perf_counter() - wall_started, 3)}
+    sent = _embedding_counts(run.embedder)
+    if sent:  # a remote provider: what this run sent, the credential check and retried requests included
+        run.summary["embedding"] = {name: sent[name] - run.embedding_counts_at_start.get(name, 0) for name in sent}
     return run.summary
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from kbflow.convert.scan import SourceFile
+from kbflow.convert.scan import SourceFile, UnreadableFolder
 from kbflow.errors import DeletionGuardError
 from kbflow.schemas import PLAN
 
@@ -45,8 +45,9 @@ class Plan:
 
 
 def make_plan(scanned: list[SourceFile], manifest: pa.Table, fingerprints: Fingerprints, force: bool = False,
-              track_removals: bool = True) -> Plan:
-    """Sort scanned files into new / changed / unchanged; manifest files no longer scanned are removed."""
+              track_removals: bool = True, unreadable_folders: list[UnreadableFolder] = ()) -> Plan:
+    """Sort scanned files into new / changed / unchanged; manifest files no longer scanned are removed, except
+    those under a folder the scan could not list (out of sight is not deleted)."""
     stored = {row["doc_id"]: row for row in manifest.to_pylist()}
     plan = Plan()
     for source in scanned:
@@ -61,7 +62,8 @@ def make_plan(scanned: list[SourceFile], manifest: pa.Table, fingerprints: Finge
             plan.unchanged.append(source)
     if track_removals:
         seen = {source.doc_id for source in scanned}
-        plan.removed = [row for row in stored.values() if row["origin"] == "file" and row["doc_id"] not in seen]
+        plan.removed = [row for row in stored.values() if row["origin"] == "file" and row["doc_id"] not in seen
+                        and not any(folder.holds(row["source_path"]) for folder in unreadable_folders)]
     return plan
 
 

@@ -13,7 +13,7 @@ import errno
 from contextlib import contextmanager
 from pathlib import Path
 
-from kbflow.errors import PermanentError, StoreBusy
+from kbflow.errors import KbflowError, PermanentError, StoreBusy
 
 TRANSIENT_ERRNOS = frozenset({errno.EAGAIN, errno.EBUSY, errno.EINTR, errno.ETIMEDOUT, errno.ESTALE,
                               errno.ECONNRESET, errno.ECONNABORTED, errno.ENETDOWN, errno.ENETUNREACH,
@@ -38,7 +38,10 @@ def unwritable_message(what: str, path: str | Path | None, reason: str) -> str:
 
 
 def classify(exc: BaseException, what: str) -> BaseException:
-    """``exc`` as kbflow sees it: StoreBusy, StoreUnwritable, or ``exc`` itself when it means neither."""
+    """``exc`` as kbflow sees it: StoreBusy, StoreUnwritable, or ``exc`` itself when it means neither (kbflow's own
+    errors are already classified)."""
+    if isinstance(exc, KbflowError):
+        return exc
     if isinstance(exc, OSError) and exc.errno is not None:
         if exc.errno in TRANSIENT_ERRNOS:
             return StoreBusy(f"{what}: {exc.strerror or exc} ({exc.filename or 'store'}); retried")
@@ -59,8 +62,6 @@ def store_errors(what: str):
     """Re-raise a store or file-system failure inside the block as the kbflow error it means."""
     try:
         yield
-    except (StoreBusy, StoreUnwritable):
-        raise
     except Exception as exc:
         mapped = classify(exc, what)
         if mapped is exc:
