@@ -19,6 +19,7 @@ import pyarrow as pa
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.filesystems import LocalFileSystem
+from prefect.runtime import task_run as current_task_run
 
 from kbflow.config import KbConfig
 from kbflow.engine import stages
@@ -29,45 +30,55 @@ def _given_key(_context, parameters: dict) -> str | None:
     return parameters.get("cache_key")
 
 
+def _counted(call):
+    """Run a stage; an error that ends the task records how many times the task ran (its attempts), as the direct
+    runner's retry loop does, so failure rows mean the same under both runners."""
+    try:
+        return call()
+    except Exception as error:
+        error.attempts = max(current_task_run.run_count or 1, 1)
+        raise
+
+
 @task(name="convert", task_run_name="convert {label}", cache_policy=NO_CACHE)
 def convert_task(sources, options, cache_dir, label: str, cache_key: str | None = None) -> pa.Table:
     """Not cached as a batch: the conversion cache holds each document's success on its own, and never a failure,
     so one failed file neither pins a batch nor stays failed after its cause went away."""
-    return stages.convert(sources, options, cache_dir)
+    return _counted(lambda: stages.convert(sources, options, cache_dir))
 
 
 @task(name="split", task_run_name="split {label}", cache_key_fn=_given_key, persist_result=True,
       result_serializer="pickle")
 def split_task(documents, label: str, cache_key: str | None = None) -> pa.Table:
-    return stages.split(documents)
+    return _counted(lambda: stages.split(documents))
 
 
 @task(name="chunk", task_run_name="chunk {label}", cache_key_fn=_given_key, persist_result=True,
       result_serializer="pickle")
 def chunk_task(documents, sections, counter, chunk_tokens, config, chunker, label: str,
                cache_key: str | None = None) -> pa.Table:
-    return stages.chunk(documents, sections, counter, chunk_tokens, config, chunker)
+    return _counted(lambda: stages.chunk(documents, sections, counter, chunk_tokens, config, chunker))
 
 
 @task(name="embed", task_run_name="embed {label}", cache_policy=NO_CACHE)
 def embed_task(keys, texts, embedder, cache, label: str, cache_key: str | None = None):
     """Not Prefect-cached: the vector cache, keyed by (text sha256, model id), is its cache."""
-    return stages.embed(keys, texts, embedder, cache)
+    return _counted(lambda: stages.embed(keys, texts, embedder, cache))
 
 
 @task(name="upsert", task_run_name="upsert {label}", cache_policy=NO_CACHE)
 def upsert_task(store, doc_ids, table, label: str, cache_key: str | None = None) -> int:
-    return stages.upsert(store, doc_ids, table)
+    return _counted(lambda: stages.upsert(store, doc_ids, table))
 
 
 @task(name="delete", task_run_name="delete {label}", cache_policy=NO_CACHE)
 def delete_task(store, doc_ids, label: str, cache_key: str | None = None) -> int:
-    return stages.delete(store, doc_ids)
+    return _counted(lambda: stages.delete(store, doc_ids))
 
 
 @task(name="index", task_run_name="{label}", cache_policy=NO_CACHE)
 def index_task(store, label: str, cache_key: str | None = None) -> dict:
-    return stages.index(store)
+    return _counted(lambda: stages.index(store))
 
 
 TASKS = {"convert": convert_task, "split": split_task, "chunk": chunk_task, "embed": embed_task,

@@ -548,19 +548,51 @@ def bench_embed(
                                  help="Comma-separated backends to time (minilm-fp32-torch first: the cosine reference)."),
     pipeline: Optional[str] = typer.Option("minilm-int8-onnx", "--pipeline",
                                            help="Backend whose ingest embed stage is compared with a raw encode ('' skips)."),
-    out_file: Path = typer.Option(Path("docs/bench/embed.json"), "--out", help="Where the JSON (and .png plot) go."),
+    provider: Optional[str] = typer.Option(None, "--provider", help="dashscope | openai: instead of the local "
+                                           "backends, ingest --pages pages through a remote provider that throttles "
+                                           "and fails (kbflow's local stand-in unless --base-url)."),
+    base_url: Optional[str] = typer.Option(None, "--base-url", help="The provider's API base (…/api/v1, …/v1); "
+                                           "default: a local stand-in started here."),
+    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="Variable holding --base-url's key."),
+    faults: str = typer.Option("4:429,6:500,9:slow", "--faults", help="The stand-in fails every Nth request "
+                               "(N:429|500|503|slow, comma-separated)."),
+    allowance_rps: float = typer.Option(5.0, "--allowance-rps", help="The stand-in's allowance: requests per "
+                                        "second before it answers 429 with Retry-After."),
+    pages: int = typer.Option(30, "--pages", help="Pages of --corpus ingested per concurrency level (--provider)."),
+    concurrency: list[int] = typer.Option([1, 2, 4], "--concurrency", help="Embed calls in flight (flow.max_workers), "
+                                          "repeatable (--provider)."),
+    out_file: Optional[Path] = typer.Option(None, "--out", help="Where the JSON (and .png plot) go (default: "
+                                            "bench-results/embed.json, or embed-provider.json with --provider)."),
     work_dir: Optional[Path] = typer.Option(None, "--work-dir", help="Scratch folder (default: a temporary one)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Texts/s and tokens/s of each local embedding backend on the same real chunks, cosine to fp32, and the
-    pipeline's embed stage against a raw encode."""
+    pipeline's embed stage against a raw encode; with --provider, texts/s through a throttling remote provider
+    against its allowance and the requests retries cost."""
+    if provider:
+        from kbflow.bench.provider import bench_provider
+
+        target = out_file or Path("bench-results/embed-provider.json")
+
+        def show_provider(result: dict) -> None:
+            for row in result["runs"]:
+                out.print(f"{row['concurrency']} in flight: {row['texts_per_s']} texts/s"
+                          + (f" of {row['allowance_texts_per_s']} allowed" if "allowance_texts_per_s" in row else "")
+                          + f", {row['requests_sent']} requests, {row.get('requests_wasted', row['requests_retried'])}"
+                          f" answered with an error, {row['stored']}/{row['chunks']} chunks stored", highlight=False)
+
+        _run_bench(lambda: bench_provider(provider, corpus, pages, target, concurrency, base_url, api_key_env, faults,
+                                          allowance_rps, work_dir=work_dir), as_json, show_provider, target)
+        return
     from kbflow.bench.embed import BACKENDS
     from kbflow.bench.embed import bench_embed as run_bench
 
+    target = out_file or Path("bench-results/embed.json")
     names = [name.strip() for name in backends.split(",") if name.strip()]
     unknown = [name for name in names + ([pipeline] if pipeline else []) if name not in BACKENDS]
     if unknown:
         _fail(KbflowError(f"unknown backend(s) {unknown}: use {sorted(BACKENDS)}"), as_json)
+
     def show(result: dict) -> None:
         table = Table(title=f"embed: {result['chunks']} chunks")
         for column in ("backend", "texts/s", "tokens/s", "cosine to fp32"):
@@ -570,7 +602,7 @@ def bench_embed(
                           str(row.get("cosine_to_fp32", {}).get("mean", "")))
         out.print(table)
 
-    _run_bench(lambda: run_bench(corpus, limit, names, pipeline or None, out_file, work_dir), as_json, show, out_file)
+    _run_bench(lambda: run_bench(corpus, limit, names, pipeline or None, target, work_dir), as_json, show, target)
 
 
 def _finish_run(summary: dict, as_json: bool) -> None:

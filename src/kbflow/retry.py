@@ -2,8 +2,10 @@
 
 An error is retried only when its class says it is transient (``kbflow.errors.is_transient``); a permanent one
 fails at once. Delays grow exponentially from ``backoff_s`` with jitter (a delay is drawn between
-``(1 - jitter)`` and 1 times the backoff, so concurrent clients spread out), never shorter than a ``Retry-After``
-the service sent (capped at ``max_retry_after_s``). Retrying stops after ``attempts`` tries or once the next
+``(1 - jitter)`` and 1 times the backoff, so concurrent clients spread out). When the service says when to come
+back (``Retry-After``, capped at ``max_retry_after_s``), that is the wait, plus up to a tenth more so that
+clients told the same moment do not all return at once: a throttling provider asking for 0.2 s is not made to
+wait the backoff's seconds. Retrying stops after ``attempts`` tries or once the next
 try would start more than ``budget_s`` seconds after the first, whichever comes first: a provider that throttles
 one request in four is ridden out, a provider that is down ends the wait in bounded time.
 
@@ -22,6 +24,7 @@ from typing import Callable, TypeVar
 from kbflow.errors import is_transient
 
 T = TypeVar("T")
+RETRY_AFTER_SPREAD = 0.1  # a Retry-After wait is stretched by up to this share, at random
 
 
 @dataclass(frozen=True)
@@ -38,12 +41,12 @@ class RetryPolicy:
         return min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1))
 
     def delay(self, attempt: int, error: BaseException | None = None, draw: Callable[[], float] = random.random) -> float:
-        """Seconds to wait after failed try ``attempt``: the jittered backoff, or the service's Retry-After if longer."""
-        delay = self.backoff(attempt) * (1 - self.jitter * draw())
+        """Seconds to wait after failed try ``attempt``: the service's Retry-After (up to a tenth more) when it sent
+        one, else the jittered backoff."""
         retry_after = retry_after_of(error)
         if retry_after is not None:
-            delay = max(delay, min(retry_after, self.max_retry_after_s))
-        return delay
+            return min(retry_after, self.max_retry_after_s) * (1 + RETRY_AFTER_SPREAD * draw())
+        return self.backoff(attempt) * (1 - self.jitter * draw())
 
     def should_retry(self, error: BaseException, attempt: int, elapsed_s: float, delay_s: float) -> bool:
         """Whether a try that failed with ``error`` gets another one, ``delay_s`` from now."""
@@ -66,7 +69,8 @@ def call_with_retries(call: Callable[[], T], policy: RetryPolicy,
                       on_retry: Callable[[BaseException, int, float], None] | None = None,
                       sleep: Callable[[float], None] = time.sleep, clock: Callable[[], float] = time.monotonic) -> T:
     """``call()``, retried per ``policy``. The error that ends the retries is raised with ``attempts`` set on it
-    (how many tries were made), which failure rows record."""
+    (how many tries this loop made; a loop around this one overwrites it with its own count), which failure rows
+    record."""
     started = clock()
     attempt = 0
     while True:

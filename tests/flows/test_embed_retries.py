@@ -4,6 +4,7 @@ transient failures are retried (honouring Retry-After), permanent ones are recor
 from __future__ import annotations
 
 import time
+from collections import Counter
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -25,7 +26,8 @@ PROBE = 1  # every run with work first embeds one short text (the credential che
 @pytest.fixture
 def server(monkeypatch, own_backend):
     monkeypatch.setenv("KBFLOW_FLOW_TEST_KEY", KEY)
-    with FakeServices(key=KEY, max_batch=10, dimension=64, slow_s=1.5, retry_after="1") as running:
+    # a normal reply has 1.5 s before the client gives up; a "slow" one takes 3 s (a 504 the client never reads)
+    with FakeServices(key=KEY, max_batch=10, dimension=64, slow_s=3.0, retry_after="1") as running:
         yield running
 
 
@@ -33,7 +35,7 @@ def write_config(tmp_path, server, **embedder) -> str:
     config = {"data_dir": str(tmp_path / "data"), "flow": {"max_workers": 2},
               "embedder": {"backend": "dashscope", "model": "text-embedding-v4", "dimension": 64,
                            "base_url": server.url + "/api/v1", "api_key_env": "KBFLOW_FLOW_TEST_KEY",
-                           "timeout_s": 0.5, "task_batch": 4, "retries": 3, "retry_backoff_s": 0.05, **embedder}}
+                           "timeout_s": 1.5, "task_batch": 4, "retries": 3, "retry_backoff_s": 0.05, **embedder}}
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     return str(path)
@@ -49,12 +51,13 @@ def failures_of(summary, tmp_path):
 
 
 def test_transient_failures_are_retried_and_each_text_embedded_once(docs_dir, tmp_path, server):
-    server.script = ["429", "500", "slow"]  # the first three requests fail, each in its own transient way
+    server.script = ["ok", "429", "500", "slow"]  # after the credential check, three requests fail, each its own way
     config = write_config(tmp_path, server)
-    started = time.perf_counter()
     summary = ingest(sources=[str(docs_dir)], config_path=config)
     assert summary["documents"]["failed"] == 0 and summary["failures"] == []
-    assert time.perf_counter() - started >= 1.0  # the 429's Retry-After: 1 was waited out
+    throttled = next(r for r in server.requests if r["status"] == 429)
+    again = next(r for r in server.requests if r["number"] > throttled["number"] and r["texts"] == throttled["texts"])
+    assert again["at"] - throttled["at"] >= 1.0  # the same texts came back no sooner than Retry-After: 1 asked
     rows, manifest = stored(tmp_path)
     assert len(rows) == summary["store"]["count"] == summary["chunks"]["embedded"] > 4
     assert all(len(row["vector"]) == 64 and abs(np.linalg.norm(row["vector"]) - 1) < 1e-4 for row in rows)
@@ -93,10 +96,13 @@ def test_permanent_failure_is_recorded_and_the_run_goes_on(docs_dir, tmp_path, s
 
 def test_exhausted_retries_fail_the_batch_with_its_attempts(docs_dir, tmp_path, server):
     server.script = ["ok"] + ["500"] * 50  # the credential check passes, then the server is down for the run
-    config = write_config(tmp_path, server, retries=1)
+    config = write_config(tmp_path, server, retries=1, task_retries=1)
     summary = ingest(sources=[str(docs_dir)], config_path=config)
     failures = [f for f in failures_of(summary, tmp_path) if f["chunk_ids"]]
-    assert failures and all(f["error_type"] == "TransientError" and f["attempts"] == 2 for f in failures)
+    assert failures and all(f["error_type"] == "TransientError" and f["attempts"] == 2 for f in failures)  # 2 task runs
     rows, manifest = stored(tmp_path)
     assert rows == [] and manifest == []
+    # counted at the server: every text of a failed embed call was sent (1 + retries) x (1 + task_retries) times
+    sends = Counter(text for request in server.requests[1:] for text in request["texts"])
+    assert set(sends.values()) == {4} and len(sends) == sum(len(f["chunk_ids"]) for f in failures)
     assert get_embedder(load_config(config).embedder).dimension == 64

@@ -17,7 +17,7 @@ KEY = "sk-test-secret"
 
 @pytest.fixture
 def server():
-    with FakeServices(key=KEY, max_batch=10, dimension=64, slow_s=1.5) as running:
+    with FakeServices(key=KEY, max_batch=10, dimension=64, slow_s=2.5) as running:  # "slow": past the 1 s timeout
         yield running
 
 
@@ -25,10 +25,10 @@ def make(kind: str, server: EmbeddingServer, monkeypatch, **extra):
     monkeypatch.setenv("KBFLOW_TEST_KEY", KEY)
     if kind == "dashscope":
         config = EmbedderConfig(backend="dashscope", model="text-embedding-v4", dimension=64,
-                                base_url=server.url + "/api/v1", api_key_env="KBFLOW_TEST_KEY", timeout_s=0.5, **extra)
+                                base_url=server.url + "/api/v1", api_key_env="KBFLOW_TEST_KEY", timeout_s=1.0, **extra)
     else:
         config = EmbedderConfig(backend="openai", model="bge-m3", dimension=64, base_url=server.url + "/v1",
-                                api_key_env="KBFLOW_TEST_KEY", timeout_s=0.5, max_batch=10, **extra)
+                                api_key_env="KBFLOW_TEST_KEY", timeout_s=1.0, max_batch=10, **extra)
     return build_embedder(config)
 
 
