@@ -18,6 +18,7 @@ from kbflow.config import KbConfig
 from kbflow.deploy import BackfillRequest, backfill_targets, changed_since, load_named_config, sources_of
 from kbflow.errors import PermanentError
 from kbflow.tasks.runners import with_task_runner
+from kbflow.tasks.runs import completed_from_deployment
 
 
 class BackfillFailed(PermanentError):
@@ -36,6 +37,7 @@ def ingest_namespace(namespace: str, sources: list[str], config: KbConfig, force
 def backfill(request: BackfillRequest = BackfillRequest()) -> dict:
     """Ingest the requested namespaces; returns {namespace: outcome}."""
     logger = get_run_logger()
+    request = completed_from_deployment(request)
     config = load_named_config(request.config)
     targets = backfill_targets(config, request.namespaces)
     outcomes: dict[str, dict] = {}

@@ -1,46 +1,96 @@
-"""The deployments `kbflow serve` registers, built from the config (deployments/prefect.yaml is the same set
-for `prefect deploy` with a work pool)."""
+"""The deployments kbflow offers, built once from a config: `kbflow serve` registers and runs them in its
+process, and `kbflow serve --prefect-yaml FILE` writes the same set as a prefect.yaml for `prefect deploy` with a
+work pool (deployments/prefect.yaml is that file for configs/default.yaml; a test keeps them equal). Same names,
+same parameters, same schedules: the two routes are alternatives for one server, not two sets that drift."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
+import yaml
 from prefect.schedules import Cron
 
+from kbflow.config import KbConfig
+from kbflow.errors import ConfigError
 from kbflow.flows.backfill import backfill
 from kbflow.flows.ingest_request import ingest_request
 from kbflow.flows.reembed import reembed
-from kbflow.config import KbConfig
-from kbflow.errors import ConfigError
+from kbflow.tasks.runners import with_task_runner
+
+ENTRYPOINTS = {"kbflow-ingest-request": "flows/ingest_request.py:ingest_request",
+               "kbflow-backfill": "flows/backfill.py:backfill", "kbflow-reembed": "flows/reembed.py:reembed"}
 
 
-def build_deployments(config: KbConfig, config_name: str) -> list:
+@dataclass
+class DeploymentSpec:
+    flow: object
+    name: str
+    description: str
+    tags: list[str]
+    parameters: dict
+    crons: list[tuple[str, str]] = field(default_factory=list)  # (cron, timezone)
+
+
+def deployment_specs(config: KbConfig, config_name: str) -> list[DeploymentSpec]:
     """Nightly ingest per configured namespace, on-demand ingest, backfill and re-embed."""
-    deployments = []
+    specs = []
     for index, schedule in enumerate(config.deploy.schedules):
         try:
-            cron = Cron(schedule.cron, timezone=schedule.timezone)
+            Cron(schedule.cron, timezone=schedule.timezone)
         except ValueError as exc:
             raise ConfigError(f"deploy.schedules[{index}] ({schedule.namespace}): cron {schedule.cron!r} / "
                               f"timezone {schedule.timezone!r} is invalid ({exc}); use five cron fields and an "
                               "IANA zone such as 'Europe/Berlin'") from None
-        deployments.append(ingest_request.to_deployment(
-            name=f"nightly-{schedule.namespace}", schedules=[cron], tags=["kbflow", "nightly"],
-            description=f"Incremental ingest of namespace {schedule.namespace!r}, {schedule.cron} ({schedule.timezone}).",
-            parameters={"request": {"namespace": schedule.namespace, "sources": schedule.sources,
-                                    "config": config_name}}))
-    deployments.append(ingest_request.to_deployment(
-        name="on-demand", tags=["kbflow"], parameters={"request": {"config": config_name}},
-        description="Ingest a namespace now: fill in the request form (namespace, sources, config, dry run, force)."))
-    deployments.append(backfill.to_deployment(
-        name="backfill", tags=["kbflow", "backfill"], parameters={"request": {"config": config_name}},
-        description="Ingest or rebuild many configured namespaces, optionally only those changed since a date."))
-    deployments.append(reembed.to_deployment(
-        name="reembed", tags=["kbflow", "reembed"], parameters={"config_path": config_name},
-        description="Re-embed a namespace with another model into a new table; switch only when complete."))
-    return deployments
+        specs.append(DeploymentSpec(
+            ingest_request, f"nightly-{schedule.namespace}",
+            f"Incremental ingest of namespace {schedule.namespace!r}, {schedule.cron} ({schedule.timezone}).",
+            ["kbflow", "nightly"],
+            {"request": {"namespace": schedule.namespace, "sources": schedule.sources, "config": config_name}},
+            [(schedule.cron, schedule.timezone)]))
+    specs.append(DeploymentSpec(
+        ingest_request, "on-demand",
+        "Ingest a namespace now: fill in the request form (namespace, sources, config, dry run, force). Fields left "
+        "out keep this deployment's values.", ["kbflow"], {"request": {"config": config_name}}))
+    specs.append(DeploymentSpec(
+        backfill, "backfill",
+        "Ingest or rebuild many configured namespaces, optionally only those changed since a date.",
+        ["kbflow", "backfill"], {"request": {"config": config_name}}))
+    specs.append(DeploymentSpec(
+        reembed, "reembed",
+        "Re-embed a namespace with another model into a new table; switch only when complete.",
+        ["kbflow", "reembed"], {"config_path": config_name}))
+    return specs
+
+
+def build_deployments(config: KbConfig, config_name: str) -> list:
+    """The deployments as `kbflow serve` registers them (flow runs in its process, task runner per config)."""
+    return [with_task_runner(spec.flow, config).to_deployment(
+        name=spec.name, description=spec.description, tags=spec.tags, parameters=spec.parameters,
+        schedules=[Cron(cron, timezone=zone) for cron, zone in spec.crons]) for spec in deployment_specs(config, config_name)]
 
 
 def deployment_names(deployments: list) -> list[str]:
     return [f"{d.flow_name}/{d.name}" for d in deployments]
+
+
+def prefect_yaml(config: KbConfig, config_name: str, pool: str) -> str:
+    """The same deployments as a prefect.yaml for `prefect deploy --all` from the repository root."""
+    deployments = []
+    for spec in deployment_specs(config, config_name):
+        entry = {"name": spec.name, "entrypoint": ENTRYPOINTS[spec.flow.name], "description": spec.description,
+                 "tags": spec.tags, "parameters": spec.parameters}
+        if spec.crons:
+            entry["schedules"] = [{"cron": cron, "timezone": zone} for cron, zone in spec.crons]
+        entry["work_pool"] = {"name": pool, "work_queue_name": "default"}
+        deployments.append(entry)
+    header = (f"# Generated by `kbflow serve --config {config_name} --prefect-yaml deployments/prefect.yaml --pool {pool}`:\n"
+              "# the deployments `kbflow serve` registers, for a work pool. Regenerate it after changing the config's\n"
+              "# deploy section instead of editing it (tests/unit/test_deploy.py compares them).\n#\n"
+              f"#   prefect work-pool create {pool} --type process\n"
+              "#   prefect --no-prompt deploy --all --prefect-file deployments/prefect.yaml   # from the repository root\n"
+              f"#   prefect worker start --pool {pool}   # where kbflow is installed and the sources can be read\n")
+    body = {"name": "kbflow", "deployments": deployments}
+    return header + yaml.safe_dump(body, sort_keys=False, allow_unicode=True, width=120)
 
 
 def serve_all(deployments: list, limit: int | None) -> None:

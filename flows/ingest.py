@@ -7,30 +7,37 @@ logs in the UI.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 from prefect import flow
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from kbflow.engine.ingest import IngestJob, new_run_id
 from kbflow.engine.ingest import ingest as run_engine_ingest
-from kbflow.config import KbConfig, load_config
+from kbflow.config import KbConfig, check_namespace, load_config
+from kbflow.deploy import config_path as config_file
 from kbflow.tasks.artifacts import engine_logs_in_run, progress_artifact, publish_summary
+from kbflow.tasks.runs import one_run_per_namespace
 from kbflow.tasks.stages import PrefectRunner
 
 MAX_WORKERS = 8  # hard bound of the task runner's threads; flow.max_workers bounds what one run submits at once
 
 
 def flow_config(config: KbConfig | None, config_path: str | None, data_dir: str | None) -> KbConfig:
-    """The run's config: an object as given (``data_dir`` may override it), else the file (or the defaults)."""
+    """The run's config: an object as given (``data_dir`` may override it), else the file or config name
+    (``configs/<name>.yaml``; 'default' without such a file: the built-in defaults)."""
     if config is not None:
         return config.model_copy(update={"data_dir": data_dir}) if data_dir else config
-    return load_config(config_path, data_dir=data_dir)
+    return load_config(config_file(config_path) if config_path else None, data_dir=data_dir)
 
 
 def run_ingest(config: KbConfig, job: IngestJob) -> dict:
-    """The engine's ingest inside the current flow run, with the run's artifacts and logs."""
-    namespace = job.namespace or config.namespace
-    with engine_logs_in_run(), progress_artifact(namespace, config.flow.doc_batch):
+    """The engine's ingest inside the current flow run, with the run's artifacts and logs; a writing run waits
+    for another flow run of the same namespace to finish first (``kbflow.tasks.runs``)."""
+    namespace = check_namespace(job.namespace or config.namespace)
+    queue = nullcontext() if job.dry_run else one_run_per_namespace(config.data_dir, namespace)
+    with queue, engine_logs_in_run(), progress_artifact(namespace, config.flow.doc_batch):
         summary = run_engine_ingest(config, job, PrefectRunner(config, job.force),
                                     run_id=new_run_id(str(flow_run.id or "") or None))
     return publish_summary(summary)  # after the state is recorded: an API hiccup here loses no bookkeeping

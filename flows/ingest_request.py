@@ -1,34 +1,37 @@
-"""The deployed ingest: one typed request (the Prefect UI shows it as a validated form) → the ingest flow.
-
-Nightly and on-demand deployments both run this flow. It resolves the config name, picks the task runner the
-config asks for, runs ``flows/ingest.py:ingest`` as a subflow, and ends Failed when documents failed (their
-messages are in the failures artifact), so schedules and CI notice.
+"""The deployed ingest: one typed request (the Prefect UI shows it as a validated form) → the engine's ingest, in
+this flow run: its task runs, progress, summary and failures artifacts and logs belong to the run that was
+started. A request that sets only some fields keeps the deployment's others (``kbflow.tasks.runs``). The run ends
+Failed when the ingest recorded failures (their messages are in the failures artifact), so schedules and CI
+notice.
 """
 
 from __future__ import annotations
 
 from prefect import flow, get_run_logger
+from prefect.task_runners import ThreadPoolTaskRunner
 
-from kbflow.flows.ingest import ingest
 from kbflow.deploy import IngestRequest, failed_documents_message, load_named_config
+from kbflow.engine.ingest import IngestJob
 from kbflow.errors import PermanentError
-from kbflow.tasks.runners import with_task_runner
+from kbflow.flows.ingest import MAX_WORKERS, run_ingest
+from kbflow.tasks.runs import completed_from_deployment
 
 
 class DocumentsFailed(PermanentError):
     """Some documents could not be ingested; the rest were."""
 
 
-@flow(name="kbflow-ingest-request", log_prints=True, validate_parameters=True)
+@flow(name="kbflow-ingest-request", log_prints=True, validate_parameters=True,
+      task_runner=ThreadPoolTaskRunner(max_workers=MAX_WORKERS))
 def ingest_request(request: IngestRequest = IngestRequest()) -> dict:
     """Ingest one namespace as the request says; returns the run summary."""
+    request = completed_from_deployment(request)
     config = load_named_config(request.config)
-    get_run_logger().info("ingest request: namespace=%s sources=%s config=%s runner=%s dry_run=%s force=%s",
+    get_run_logger().info("ingest request: namespace=%s sources=%s config=%s dry_run=%s force=%s",
                           request.namespace or config.namespace, request.sources or config.sources, request.config,
-                          config.runner.kind, request.dry_run, request.force)
-    summary = with_task_runner(ingest, config)(
-        sources=request.sources or None, namespace=request.namespace, config=config,
-        dry_run=request.dry_run, force=request.force, allow_mass_delete=request.allow_mass_delete)
+                          request.dry_run, request.force)
+    summary = run_ingest(config, IngestJob(request.sources or None, request.namespace, dry_run=request.dry_run,
+                                           force=request.force, allow_mass_delete=request.allow_mass_delete))
     if summary["failures"]:
         raise DocumentsFailed(failed_documents_message(summary))
     return summary

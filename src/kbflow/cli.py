@@ -480,6 +480,9 @@ def serve(
                                          "is no configs/default.yaml)."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Most flow runs executing at once (default: no limit)."),
     list_only: bool = typer.Option(False, "--list", help="Print the deployments that would be served, then exit."),
+    prefect_yaml: Optional[Path] = typer.Option(None, "--prefect-yaml", help="Write the same deployments as a "
+                                                "prefect.yaml for `prefect deploy` with a work pool, then exit."),
+    pool: str = typer.Option("kbflow-process", "--pool", help="Work pool named in --prefect-yaml's deployments."),
 ) -> None:
     """Serve the deployments (nightly per namespace, on-demand, backfill, reembed) to the Prefect server at PREFECT_API_URL."""
     import os
@@ -491,6 +494,10 @@ def serve(
         cfg = load_named_config(name)
         from kbflow.flows import deployments as deployments_module
 
+        if prefect_yaml is not None:
+            prefect_yaml.write_text(deployments_module.prefect_yaml(cfg, name, pool), encoding="utf-8")
+            out.print(f"wrote {prefect_yaml}: the deployments of config {name!r} on work pool {pool!r}")
+            return
         deployments = deployments_module.build_deployments(cfg, name)
         if list_only:
             for label, deployment in zip(deployments_module.deployment_names(deployments), deployments):

@@ -34,8 +34,8 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _start(args: list[str], env: dict, log: Path) -> subprocess.Popen:
-    return subprocess.Popen(args, cwd=REPO, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
+def _start(args: list[str], env: dict, log: Path, cwd: Path = REPO) -> subprocess.Popen:
+    return subprocess.Popen(args, cwd=cwd, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
                             start_new_session=True)  # its own process group: stopping it stops its children
 
 
@@ -71,8 +71,9 @@ def server(tmp_path_factory):
            "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{root / 'prefect.db'}",
            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
            "PREFECT_UI_ENABLED": "false",
-           "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)]),
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env.pop("PYTHONPATH", None)  # kbflow comes from its installation only
+    env.pop("PREFECT_LOGGING_LEVEL", None)  # kbflow's own defaults decide what reaches the API
     docs = root / "docs"
     shutil.copytree(CASES / "docs", docs)
     config = root / "kbflow.yaml"
@@ -92,7 +93,8 @@ def server(tmp_path_factory):
                 return False
 
         _wait_for(healthy, 180, "prefect server /api/health", server_log)
-        started.append(_start([str(BIN / "kbflow"), "serve", "--config", str(config)], env, serve_log))
+        # served from a folder outside the checkout: nothing may depend on the working directory
+        started.append(_start([str(BIN / "kbflow"), "serve", "--config", str(config)], env, serve_log, cwd=root))
 
         def served():
             response = httpx.post(f"{api_url}/deployments/filter", json={}, timeout=5)
@@ -147,11 +149,14 @@ def test_on_demand_run_completes_and_a_bad_config_run_fails_the_ci_script(server
 
     # the on-demand run: Completed, with its artifacts, readable task-run names, and the documents in the store
     assert on_demand.returncode == 0, on_demand_output + server["serve_log"].read_text()[-3000:]
-    run = httpx.get(f"{server['api_url']}/flow_runs/{_flow_run_id(on_demand_output)}").json()
+    run_id = _flow_run_id(on_demand_output)
+    run = httpx.get(f"{server['api_url']}/flow_runs/{run_id}").json()
     assert run["state"]["type"] == "COMPLETED"
+    # the artifacts belong to the run that was started (not to a child run), and its logs reached the API
     artifacts = {a["key"]: a for a in httpx.post(f"{server['api_url']}/artifacts/filter", json={
-        "artifacts": {"key": {"any_": ["kbflow-srv-progress", "kbflow-srv-run-summary", "kbflow-srv-failures"]}}
-    }).json()}
+        "artifacts": {"flow_run_id": {"any_": [run_id]}}}).json()}
+    logs = httpx.post(f"{server['api_url']}/logs/filter", json={"logs": {"flow_run_id": {"any_": [run_id]}}}).json()
+    assert any("plan for srv" in log["message"] for log in logs), [log["message"] for log in logs]
     assert set(artifacts) == {"kbflow-srv-progress", "kbflow-srv-run-summary", "kbflow-srv-failures"}
     assert float(artifacts["kbflow-srv-progress"]["data"]) == 100.0
     rows = json.loads(artifacts["kbflow-srv-run-summary"]["data"])
@@ -163,6 +168,41 @@ def test_on_demand_run_completes_and_a_bad_config_run_fails_the_ci_script(server
     assert {"convert docs 0-3", "split docs 0-3", "chunk docs 0-3", "upsert docs 0-3"} <= {t["name"] for t in task_runs}
     stats = api.stats("srv", server["config"])
     assert stats["documents"] == 4 and stats["chunks"] == figures[("store", "count")] > 0
+
+
+def _wait_final(api_url: str, run_id: str, timeout: float = 300) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        run = httpx.get(f"{api_url}/flow_runs/{run_id}").json()
+        if run["state"]["type"] in ("COMPLETED", "FAILED", "CRASHED", "CANCELLED"):
+            return run
+        time.sleep(1)
+    raise AssertionError(f"flow run {run_id} did not finish in {timeout} s")
+
+
+def test_a_partial_request_keeps_the_served_config(server):
+    """The CI script sends only {"dry_run": true}: the served config (its deploy.schedules: namespace srv) stays."""
+    ci_env = {**server["env"], "PREFECT": str(BIN / "prefect"), "KBFLOW_WATCH_TIMEOUT": "300"}
+    ci = subprocess.run(["bash", str(REPO / "deployments" / "ci" / "backfill.sh"), '{"dry_run": true}'],
+                        cwd=REPO, env=ci_env, capture_output=True, text=True, timeout=360)
+    assert ci.returncode == 0, ci.stdout + ci.stderr + server["serve_log"].read_text()[-3000:]
+    run_id = _flow_run_id(ci.stdout)
+    [table] = httpx.post(f"{server['api_url']}/artifacts/filter", json={
+        "artifacts": {"flow_run_id": {"any_": [run_id]}, "key": {"any_": ["kbflow-backfill"]}}}).json()
+    assert [row["namespace"] for row in json.loads(table["data"])] == ["srv"]
+
+
+def test_a_second_run_for_a_busy_namespace_waits_then_completes(server):
+    deployment = next(d for d in httpx.post(f"{server['api_url']}/deployments/filter", json={}).json()
+                      if d["name"] == "on-demand")
+    request = {"namespace": "queued", "sources": [str(server["docs"])], "config": str(server["config"]), "force": True}
+    ids = [httpx.post(f"{server['api_url']}/deployments/{deployment['id']}/create_flow_run",
+                      json={"parameters": {"request": request}}).json()["id"] for _ in range(2)]
+    runs = [_wait_final(server["api_url"], run_id) for run_id in ids]
+    assert [run["state"]["type"] for run in runs] == ["COMPLETED", "COMPLETED"], \
+        [run["state"]["message"] for run in runs]
+    first, second = sorted(runs, key=lambda run: run["start_time"])
+    assert second["end_time"] > first["end_time"]
 
 
 def test_prefect_yaml_deploys_to_a_process_pool_and_a_worker_runs_it(server, tmp_path):

@@ -1,4 +1,5 @@
 import os
+from pathlib import Path
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -90,3 +91,21 @@ def test_run_progress_moves_with_embed_batches_and_upserts():
     assert progress.update("upsert", 2, 4) == 50.0
     assert progress.update("embed", 10, 10) == 100.0
     assert report.RunProgress(0, 2).update("upsert", 0, 0) is None
+
+
+def test_prefect_yaml_is_the_served_set_for_the_default_config(monkeypatch):
+    """deployments/prefect.yaml is generated from configs/default.yaml by `kbflow serve --prefect-yaml`: the two
+    registration routes cannot drift (same names, parameters and schedules)."""
+    import yaml
+
+    from kbflow.flows.deployments import build_deployments, prefect_yaml
+
+    repo = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(repo)
+    committed = (repo / "deployments" / "prefect.yaml").read_text(encoding="utf-8")
+    assert committed == prefect_yaml(load_named_config("default"), "default", "kbflow-process")
+    served = build_deployments(load_named_config("default"), "default")
+    listed = yaml.safe_load(committed)["deployments"]
+    assert [(d["name"], d["parameters"]) for d in listed] == [(d.name, d.parameters) for d in served]
+    assert [[s["cron"] for s in d.get("schedules", [])] for d in listed] == \
+        [[s.schedule.cron for s in d.schedules or []] for d in served]
