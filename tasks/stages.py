@@ -41,10 +41,11 @@ def _counted(call):
 
 
 @task(name="convert", task_run_name="convert {label}", cache_policy=NO_CACHE)
-def convert_task(sources, options, cache_dir, label: str, cache_key: str | None = None) -> pa.Table:
+def convert_task(sources, options, cache_dir, done_before: int, total: int, label: str,
+                 cache_key: str | None = None) -> pa.Table:
     """Not cached as a batch: the conversion cache holds each document's success on its own, and never a failure,
     so one failed file neither pins a batch nor stays failed after its cause went away."""
-    return _counted(lambda: stages.convert(sources, options, cache_dir))
+    return _counted(lambda: stages.convert(sources, options, cache_dir, done_before, total))
 
 
 @task(name="split", task_run_name="split {label}", cache_key_fn=_given_key, persist_result=True,

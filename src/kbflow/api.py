@@ -19,6 +19,12 @@ from kbflow.engine.ingest import IngestJob  # noqa: E402
 from kbflow.engine.ingest import ingest as run_engine_ingest  # noqa: E402
 from kbflow.engine.reembed import reembed as run_engine_reembed  # noqa: E402
 from kbflow.errors import ConfigError  # noqa: E402
+
+
+class UnknownNamespace(ConfigError):
+    """The namespace has never been written in this data dir."""
+
+
 from kbflow.search.searcher import Searcher  # noqa: E402
 from kbflow.state.lock import NamespaceLock  # noqa: E402
 from kbflow.state.manifest import NamespaceState  # noqa: E402
@@ -152,6 +158,30 @@ def stats(namespace: str | None = None, config: KbConfig | str | Path | None = N
         "store_bytes": store.size_bytes() if store else 0,
         "last_run": {key: last.get(key) for key in ("run_id", "documents", "chunks", "seconds")} if last else None,
     }
+
+
+def namespaces(config: KbConfig | str | Path | None = None, data_dir: str | Path | None = None) -> list[dict]:
+    """Every namespace of the data dir with its documents, chunks, model and last run (``kbflow namespaces``)."""
+    from kbflow.state.manifest import namespaces as names
+
+    cfg = _config(config, data_dir)
+    return [stats(name, cfg) for name in names(cfg.data_dir)]
+
+
+def require_namespace(namespace: str | None, config: KbConfig | str | Path | None = None,
+                      data_dir: str | Path | None = None) -> str:
+    """``namespace`` (or the config's) if it exists in the data dir; else an error that lists the ones that do
+    (a typo must not look like an empty namespace)."""
+    from kbflow.state.manifest import namespaces as names
+
+    cfg = _config(config, data_dir)
+    name = check_namespace(namespace or cfg.namespace)
+    if NamespaceState(cfg.data_dir, name).meta() is None:
+        known = names(cfg.data_dir)
+        raise UnknownNamespace(f"namespace {name!r} does not exist in data dir {str(cfg.data_dir)!r} (known: "
+                               f"{', '.join(known) if known else 'none'}); ingest into it first (`kbflow ingest PATH "
+                               f"--namespace {name}`), or pass --namespace / --data-dir")
+    return name
 
 
 def clear(namespace: str, config: KbConfig | str | Path | None = None, data_dir: str | Path | None = None) -> dict:

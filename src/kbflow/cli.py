@@ -25,9 +25,11 @@ from rich.table import Table  # noqa: E402
 from kbflow import api, progress  # noqa: E402
 from kbflow.errors import KbflowError  # noqa: E402
 
+HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
 app = typer.Typer(help="kbflow: turn document folders into an incremental, searchable knowledge base.",
-                  no_args_is_help=True, pretty_exceptions_enable=False)
-bench_app = typer.Typer(help="Benchmarks: results as JSON (and plots), never timed tests.", no_args_is_help=True)
+                  no_args_is_help=True, pretty_exceptions_enable=False, context_settings=HELP_OPTIONS)
+bench_app = typer.Typer(help="Benchmarks: results as JSON (and plots), never timed tests.", no_args_is_help=True,
+                        context_settings=HELP_OPTIONS)
 app.add_typer(bench_app, name="bench")
 out = Console()
 err = Console(stderr=True)
@@ -36,6 +38,28 @@ NamespaceOpt = typer.Option(None, "--namespace", "-n", help="Namespace (default:
 ConfigOpt = typer.Option(None, "--config", "-c", help="YAML config file (see configs/default.yaml).")
 DataDirOpt = typer.Option(None, "--data-dir", help="Data folder for stores, state and snapshots (default: ./data).")
 JsonOpt = typer.Option(False, "--json", help="Print one JSON document on stdout.")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from kbflow import __version__
+
+        out.print(f"kbflow {__version__}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True,
+                                       help="Print kbflow's version and exit.")) -> None:
+    """kbflow: turn document folders into an incremental, searchable knowledge base."""
+
+
+def _size(count: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if count < 1024 or unit == "GB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    return f"{count} B"
 
 
 def _print_json(payload) -> None:
@@ -85,7 +109,8 @@ def ingest(
     _finish_run(summary, as_json)
 
 
-ModeOpt = typer.Option(None, "--mode", "-m", help="vector | bm25 | hybrid | rerank (default: search.mode, 'vector').")
+ModeOpt = typer.Option(None, "--mode", "-m", help="vector | bm25 | hybrid | rerank (default: the config's search.mode, "
+                       "'hybrid' unless changed).")
 ExpandOpt = typer.Option(None, "--expand", help="Query expansion through the chat model: mqe (several phrasings) or hyde.")
 SourceOpt = typer.Option(None, "--source", help="Only chunks whose source path matches this glob ('docs/*.md').")
 HeadingOpt = typer.Option(None, "--heading", help="Only chunks under this heading path, headings joined by ' > '.")
@@ -93,9 +118,10 @@ DocIdOpt = typer.Option(None, "--doc-id", help="Only chunks of this document id 
 
 
 def _filter(source: Optional[str], heading: Optional[str], doc_ids: Optional[list[str]]):
+    from kbflow.chunk.split import normal_heading
     from kbflow.stores import SearchFilter
 
-    prefix = tuple(part.strip() for part in heading.split(" > ")) if heading else ()
+    prefix = tuple(normal_heading(part) for part in heading.split(">")) if heading else ()
     return SearchFilter(source, prefix, tuple(doc_ids or ()))
 
 
@@ -116,21 +142,33 @@ def search(
     as_json: bool = JsonOpt,
 ) -> None:
     """Best chunks for QUERY, with score, source path, heading path and text."""
+    where = _filter(source, heading, doc_id)
     try:
-        hits = api.search(query, namespace, limit, min_score, config, data_dir, mode, _filter(source, heading, doc_id),
-                          expand)
+        api.require_namespace(namespace, config, data_dir)
+        hits = api.search(query, namespace, limit, min_score, config, data_dir, mode, where, expand)
     except KbflowError as exc:
         _fail(exc, as_json)
     if as_json:
         _print_json([hit.to_dict() for hit in hits])
         return
     if not hits:
-        out.print("no hits (is the namespace empty? run `kbflow ingest PATH` first)")
+        out.print(_why_no_hits(where, min_score, namespace, config, data_dir), highlight=False)
     for rank, hit in enumerate(hits, 1):
         heading_text = " > ".join(hit.heading_path)
         out.rule(f"{rank}. {hit.score:.3f}  {hit.source_path}" + (f"  § {heading_text}" if heading_text else ""),
                  align="left")
         out.print(hit.text if len(hit.text) < 600 else hit.text[:600] + " …", highlight=False, markup=False)
+
+
+def _why_no_hits(where, min_score, namespace, config, data_dir) -> str:
+    if where:
+        return ("no hits within the filter (--source / --heading / --doc-id): no chunk matches it, or none of those "
+                "matches the query; try without it")
+    if min_score is not None:
+        return f"no hits scoring --min-score {min_score} or more"
+    if api.stats(namespace, config, data_dir)["chunks"] == 0:
+        return "no hits: the namespace holds no chunks (every document failed or was removed); see `kbflow stats`"
+    return "no hits for this query"
 
 
 @app.command()
@@ -172,6 +210,7 @@ def stats(namespace: Optional[str] = NamespaceOpt, config: Optional[Path] = Conf
           data_dir: Optional[Path] = DataDirOpt, as_json: bool = JsonOpt) -> None:
     """Documents, chunks, model, dimension, store size and last run of one namespace."""
     try:
+        api.require_namespace(namespace, config, data_dir)
         result = api.stats(namespace, config, data_dir)
     except KbflowError as exc:
         _fail(exc, as_json)
@@ -179,10 +218,41 @@ def stats(namespace: Optional[str] = NamespaceOpt, config: Optional[Path] = Conf
         _print_json(result)
         return
     table = Table(title=f"namespace {result['namespace']}", show_header=False)
-    for key in ("documents", "chunks", "model_id", "dimension", "store", "store_bytes"):
-        table.add_row(key, str(result[key]))
-    last = result["last_run"] or {}
-    table.add_row("last run", f"{last.get('run_id')}  {last.get('documents')}" if last else "never")
+    table.add_row("documents", f"{result['documents']:,}")
+    table.add_row("chunks", f"{result['chunks']:,}")
+    table.add_row("model", f"{result['model_id']} ({result['dimension']}-d)")
+    table.add_row("store", f"{result['store']}, {_size(result['store_bytes'])} on disk")
+    table.add_row("last run", _run_line(result["last_run"]))
+    out.print(table)
+
+
+def _run_line(last: dict | None) -> str:
+    if not last:
+        return "never"
+    docs, chunks = last.get("documents") or {}, last.get("chunks") or {}
+    counts = ", ".join(f"{value} {key}" for key, value in docs.items() if value)
+    return (f"{last.get('run_id')}: {counts or 'nothing to do'}; {chunks.get('embedded', 0)} chunks embedded, "
+            f"{chunks.get('reused', 0)} reused; {(last.get('seconds') or {}).get('total', 0):.1f} s")
+
+
+@app.command()
+def namespaces(config: Optional[Path] = ConfigOpt, data_dir: Optional[Path] = DataDirOpt,
+               as_json: bool = JsonOpt) -> None:
+    """The namespaces of the data dir: documents, chunks, model and last run of each."""
+    try:
+        rows = api.namespaces(config, data_dir)
+    except KbflowError as exc:
+        _fail(exc, as_json)
+    if as_json:
+        _print_json(rows)
+        return
+    if not rows:
+        out.print("no namespaces yet: `kbflow ingest PATH [--namespace NS]` creates one", highlight=False)
+        return
+    table = Table("namespace", "documents", "chunks", "model", "last run")
+    for row in rows:
+        table.add_row(row["namespace"], f"{row['documents']:,}", f"{row['chunks']:,}",
+                      f"{row['model_id']}", _run_line(row["last_run"]))
     out.print(table)
 
 
@@ -228,7 +298,11 @@ def verify(namespace: Optional[str] = NamespaceOpt, repair: bool = typer.Option(
     if as_json:
         _print_json(report)
     else:
-        out.print(f"namespace {report['namespace']} ({report['model_id']}): {report['counts']}")
+        counts = report["counts"]
+        out.print(f"namespace {report['namespace']} ({report['model_id']}): manifest {counts['manifest_documents']:,} "
+                  f"documents / {counts['manifest_chunks']:,} chunks; store {counts['store_documents']:,} documents / "
+                  f"{counts['store_rows']:,} chunks; vector cache holds {counts['cached_of_stored']:,} of the stored "
+                  f"texts ({counts['cache_rows']:,} vectors in all)", highlight=False)
         for finding in report["findings"]:
             ids = ", ".join(finding["doc_ids"][:5]) + (" …" if len(finding["doc_ids"]) > 5 else "")
             out.print(f"[red]{finding['check']}[/]: {escape(finding['detail'])}" + (f" ({ids})" if ids else ""))
@@ -643,11 +717,18 @@ def _print_summary(summary: dict) -> None:
 
 
 class _progress_bars:
-    """One rich bar per stage, fed by kbflow.progress events (on stderr, so --json stays clean)."""
+    """One rich bar per stage, fed by kbflow.progress events (on stderr, so --json stays clean).
+
+    The bars appear when the plan is known (the engine's "documents" event), so each one's clock runs from the
+    start of the work; convert moves per file; embed counts the run's texts (its events are per document batch,
+    summed here)."""
+
+    STAGES = ("convert", "split", "chunk", "embed", "upsert")
 
     def __init__(self, enabled: bool):
         self.enabled = enabled and sys.stderr.isatty()
         self.bars: dict[str, int] = {}
+        self.embed_offset = self.embed_last = (0, 0)  # (texts done, texts known) of the finished batches; last event
         self.progress = Progress(TextColumn("{task.description:>10}"), BarColumn(), MofNCompleteColumn(),
                                  TimeElapsedColumn(), console=err, transient=False)
 
@@ -659,6 +740,17 @@ class _progress_bars:
     def update(self, stage: str, completed: int, total: int) -> None:
         if not self.enabled:
             return
+        if stage == "documents":  # the plan: every stage's bar starts now
+            for name in self.STAGES:
+                if name not in self.bars:
+                    self.bars[name] = self.progress.add_task(name, total=total if name != "embed" else None)
+            return
+        if stage == "embed":
+            last_done, last_total = self.embed_last
+            if total != last_total or completed < last_done:  # a new batch's texts
+                self.embed_offset = (self.embed_offset[0] + last_done, self.embed_offset[1] + last_total)
+            self.embed_last = (completed, total)
+            completed, total = completed + self.embed_offset[0], total + self.embed_offset[1]
         if stage not in self.bars:
             self.bars[stage] = self.progress.add_task(stage, total=total)
         self.progress.update(self.bars[stage], completed=completed, total=total)

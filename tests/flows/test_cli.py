@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 KBFLOW = [sys.executable, "-m", "kbflow.cli"]
-COMMANDS = ["ingest", "search", "ask", "stats", "add-text", "clear", "verify", "eval", "bench", "convert",
-            "serve", "prune", "reembed"]
+COMMANDS = ["ingest", "search", "ask", "stats", "namespaces", "add-text", "clear", "verify", "eval", "bench",
+            "convert", "serve", "prune", "reembed"]
 README = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
 
 
@@ -59,7 +59,30 @@ def test_ingest_search_stats_clear_json(docs_dir, tmp_path):
     refused = kb("clear", "--namespace", "default", "--data-dir", data)
     assert refused.returncode == 2
     assert kb("clear", "--namespace", "default", "--yes", "--data-dir", data).returncode == 0
-    assert json.loads(kb("stats", "--data-dir", data, "--json").stdout)["chunks"] == 0
+    gone = kb("stats", "--data-dir", data, "--json")
+    assert gone.returncode == 2 and json.loads(gone.stdout)["error"]["type"] == "UnknownNamespace"
+
+
+def test_version_short_help_namespaces_and_what_a_user_mistypes(docs_dir, tmp_path):
+    from kbflow import __version__
+
+    assert kb("--version").stdout.strip() == f"kbflow {__version__}"
+    assert "Usage" in kb("-h").stdout and "Usage" in kb("search", "-h").stdout
+    data = str(tmp_path / "data")
+    (docs_dir / "nbsp.md").write_text("# Chapter\u00a06\u00a0Updates\n\nAPT keeps the packages current.\n",
+                                      encoding="utf-8")  # a heading written with non-breaking spaces, as HTML does
+    assert kb("ingest", str(docs_dir), "--data-dir", data).returncode == 0
+    assert kb("add-text", "Notes on ferns.", "--doc-id", "fern", "--namespace", "notes", "--data-dir", data).returncode == 0
+    listed = json.loads(kb("namespaces", "--data-dir", data, "--json").stdout)
+    assert [(row["namespace"], row["documents"]) for row in listed] == [("default", 5), ("notes", 1)]
+
+    typo = kb("search", "backups", "--namespace", "defualt", "--data-dir", data)
+    assert typo.returncode == 2 and "'defualt' does not exist" in typo.stderr and "default, notes" in typo.stderr
+    assert kb("stats", "--namespace", "defualt", "--data-dir", data).returncode == 2
+    filtered = kb("search", "backups", "--source", "nothing/*", "--data-dir", data)
+    assert filtered.returncode == 0 and "within the filter" in filtered.stdout
+    headed = json.loads(kb("search", "packages", "--heading", "Chapter 6 Updates", "--data-dir", data, "--json").stdout)
+    assert [hit["source_path"] for hit in headed] == ["docs/nbsp.md"] and headed[0]["heading_path"] == ["Chapter 6 Updates"]
 
 
 def test_default_backend_end_to_end(docs_dir, tmp_path):

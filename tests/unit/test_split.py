@@ -73,3 +73,8 @@ def test_thematic_break_is_a_boundary_block_and_dashes_after_text_stay_setext():
 def test_break_interrupts_paragraph_and_list():
     blocks = split_markdown("para line\n***\n- a\n- b\n* * *\nafter\n")
     assert [b.kind for b in blocks] == ["paragraph", "break", "list", "break", "paragraph"]
+
+
+def test_heading_whitespace_is_normalised_non_breaking_spaces_included():
+    blocks = split_markdown("# 第\u00a06\u00a0章  维护和更新：APT 工具\n\ntext\n")
+    assert blocks[-1].heading_path == ["第 6 章 维护和更新：APT 工具"]

@@ -20,7 +20,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from kbflow.chunk.split import Block
+from kbflow.chunk.split import SPLIT_VERSION, Block
 from kbflow.chunk.tokens import TokenCounter
 
 CHUNK_VERSION = "2"
@@ -59,8 +59,8 @@ def sha256_text(text: str) -> str:
 
 
 def chunker_fingerprint(counter: TokenCounter, chunk_tokens: int, overlap_tokens: int, heading_prefix: bool) -> str:
-    return (
-        f"kbflow-chunk-v{CHUNK_VERSION}:tokens={chunk_tokens}:overlap={overlap_tokens}"
+    return (  # the split's version too: blocks and heading paths are what the chunks are made of
+        f"kbflow-chunk-v{CHUNK_VERSION}+split-v{SPLIT_VERSION}:tokens={chunk_tokens}:overlap={overlap_tokens}"
         f":prefix={int(heading_prefix)}:tokenizer={counter.name}"
     )
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-SPLIT_VERSION = "2"
+SPLIT_VERSION = "3"  # 3: heading whitespace normalised
 
 FENCE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 ATX_RE = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
@@ -38,6 +38,12 @@ def _lines(markdown: str):
         position += len(line)
 
 
+def normal_heading(title: str) -> str:
+    """A heading as it is stored and filtered: whitespace runs (non-breaking spaces from HTML included) become one
+    space, so `--heading '第 6 章 维护和更新：APT 工具'` matches what a page wrote with &nbsp;."""
+    return " ".join(title.split())
+
+
 def split_markdown(markdown: str) -> list[Block]:
     lines = list(_lines(markdown))
     blocks: list[Block] = []
@@ -49,7 +55,7 @@ def split_markdown(markdown: str) -> list[Block]:
     def set_heading(level: int, title: str) -> None:
         while path and path[-1][0] >= level:
             path.pop()
-        path.append((level, title.strip() or f"(h{level})"))
+        path.append((level, normal_heading(title) or f"(h{level})"))
 
     i, n = 0, len(lines)
     while i < n:

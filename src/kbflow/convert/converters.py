@@ -270,11 +270,13 @@ def _get_pool(workers: int):
     return _pool
 
 
-def convert_batch(sources: list[SourceFile], options: ConvertConfig | None = None, cache=None) -> pa.Table:
+def convert_batch(sources: list[SourceFile], options: ConvertConfig | None = None, cache=None,
+                  on_file=None) -> pa.Table:
     """Documents table for ``sources``: one row each, failed ones with status 'failed' and the error.
 
     ``cache`` (a ``ConversionCache``) returns earlier successes and stores new ones; failures are never cached,
-    so a file that failed for a passing reason is converted again next time."""
+    so a file that failed for a passing reason is converted again next time. ``on_file(n)`` is called as the
+    ``n`` th file is done (in-process conversion; a worker pool reports once, at the end)."""
     options = options or ConvertConfig()
     fingerprint = converter_fingerprint(options)
     keys = [format_fingerprint(options, source.member or source.abs_path) for source in sources]
@@ -283,9 +285,12 @@ def convert_batch(sources: list[SourceFile], options: ConvertConfig | None = Non
         if row is not None:  # same output, current fingerprint (it may differ in parts this format ignores)
             row["converter"] = f"{fingerprint}:{row['converter'].rsplit(':', 1)[-1]}"
     todo = [i for i, row in enumerate(rows) if row is None]
+    report = on_file or (lambda done: None)
+    report(len(sources) - len(todo))  # the cached ones
     if options.workers <= 1 or len(todo) <= 1:
-        for i in todo:
+        for number, i in enumerate(todo, 1):
             rows[i] = _convert_one(sources[i], options)
+            report(len(sources) - len(todo) + number)
     else:
         def timed_out(job: int) -> dict:
             return _row(sources[todo[job]], None, fingerprint,
@@ -301,6 +306,7 @@ def convert_batch(sources: list[SourceFile], options: ConvertConfig | None = Non
                                                  timed_out, crashed)
         for i, row in zip(todo, results):
             rows[i] = row
+        report(len(sources))
     if cache is not None:
         for i in todo:
             if rows[i]["status"] == "ok":

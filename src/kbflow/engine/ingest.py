@@ -238,7 +238,7 @@ def _ingest_batches(run: Run, plan: Plan, texts_by_path: dict[str, str]) -> None
     def start_convert(index: int):
         files = [s for s in batches[index] if s.abs_path]
         first = index * size
-        return run.runner.submit("convert", files, config.convert, convert_cache_dir,
+        return run.runner.submit("convert", files, config.convert, convert_cache_dir, first, len(todo),
                                  label=f"docs {first}-{first + len(batches[index]) - 1}") if files else None
 
     pending = start_convert(0) if batches else None

@@ -22,6 +22,7 @@ from kbflow.convert.cache import ConversionCache
 from kbflow.convert.converters import convert_batch
 from kbflow.convert.scan import SourceFile
 from kbflow.embed.base import Embedder
+from kbflow import progress
 from kbflow.engine import rows
 from kbflow.retry import RetryPolicy
 from kbflow.stores.errors import store_errors
@@ -68,9 +69,13 @@ def chunk_cache_key(batch: str, chunker: str) -> str:
     return "chunk-" + digest(CHUNK_VERSION, batch, chunker)
 
 
-def convert(sources: list[SourceFile], options: ConvertConfig, cache_dir: str | None) -> pa.Table:
-    """One row per source: its Markdown, or status 'failed' with the reason (a bad file never raises)."""
-    return convert_batch(sources, options, ConversionCache(cache_dir) if cache_dir else None)
+def convert(sources: list[SourceFile], options: ConvertConfig, cache_dir: str | None, done_before: int = 0,
+            total: int = 0) -> pa.Table:
+    """One row per source: its Markdown, or status 'failed' with the reason (a bad file never raises). Each file
+    converted is a progress event (``done_before`` + files so far, of the run's ``total``) where a listener runs in
+    this process."""
+    return convert_batch(sources, options, ConversionCache(cache_dir) if cache_dir else None,
+                         on_file=lambda done: progress.report("convert", done_before + done, total))
 
 
 def split(documents: pa.Table) -> pa.Table:

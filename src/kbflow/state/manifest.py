@@ -106,3 +106,9 @@ class NamespaceState:
 
     def clear(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def namespaces(data_dir: str | Path) -> list[str]:
+    """The namespaces that exist under ``data_dir`` (those with a recorded model), sorted."""
+    root = Path(data_dir) / "state"
+    return sorted(p.parent.name for p in root.glob("*/namespace.json")) if root.is_dir() else []
