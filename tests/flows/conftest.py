@@ -3,7 +3,11 @@ from __future__ import annotations
 import pytest
 from prefect.testing.utilities import prefect_test_harness
 
+from kbflow.state.manifest import NamespaceState
+from kbflow.stores.lancedb_store import LanceStore
 from tests.conftest import CountingEmbedder
+
+DIM = 384  # the suite's model, all-MiniLM-L6-v2
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -30,3 +34,14 @@ def subprocess_env(**extra: str) -> dict:
     from prefect.settings import PREFECT_API_URL
 
     return {**os.environ, "PREFECT_API_URL": PREFECT_API_URL.value(), "PREFECT_LOGGING_LEVEL": "ERROR", **extra}
+
+
+def store_of(data_dir, namespace="default") -> LanceStore:
+    return LanceStore(data_dir / "lancedb", namespace, DIM)
+
+
+def snapshot(data_dir, namespace="default"):
+    """Full contents of the store and the manifest, comparable with ==."""
+    rows = store_of(data_dir, namespace).rows().to_pylist()
+    manifest = NamespaceState(data_dir, namespace).read_manifest().sort_by("doc_id").to_pylist()
+    return rows, manifest

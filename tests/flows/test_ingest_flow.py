@@ -15,19 +15,8 @@ from kbflow.errors import DeletionGuardError, ModelMismatchError, PermanentError
 from kbflow.state.manifest import NamespaceState
 from kbflow.stores.lancedb_store import LanceStore
 from tests.conftest import CASES
+from tests.flows.conftest import snapshot, store_of
 
-DIM = 384
-
-
-def store_of(data_dir, namespace="default") -> LanceStore:
-    return LanceStore(data_dir / "lancedb", namespace, DIM)
-
-
-def snapshot(data_dir, namespace="default"):
-    """Full contents of the store and the manifest, comparable with ==."""
-    rows = store_of(data_dir, namespace).rows().to_pylist()
-    manifest = NamespaceState(data_dir, namespace).read_manifest().sort_by("doc_id").to_pylist()
-    return rows, manifest
 
 
 def run(docs, data_dir, **kwargs):

@@ -16,7 +16,7 @@ from kbflow import api
 from kbflow.cli import app
 from kbflow.deploy import BackfillRequest
 from kbflow.prune import dir_bytes
-from tests.flows.test_ingest_flow import snapshot
+from tests.flows.conftest import snapshot
 
 
 def _versions(data_dir, table="chunks_default") -> int:

@@ -14,7 +14,7 @@ from kbflow.engine.ingest import IngestJob
 from kbflow.engine.ingest import ingest as engine_ingest
 from kbflow.flows.ingest import ingest as ingest_flow
 from kbflow.stores import open_store
-from tests.flows.test_ingest_flow import snapshot
+from tests.flows.conftest import snapshot
 
 
 class FlakyStore:
