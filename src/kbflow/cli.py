@@ -582,7 +582,7 @@ def serve(
             raise KbflowError("kbflow serve needs a Prefect server: run `prefect server start --host 127.0.0.1` and "
                               "export PREFECT_API_URL=http://127.0.0.1:4200/api")
     except KbflowError as exc:
-        _fail(exc, as_json)
+        _fail(exc)
     deployments_module.serve_all(deployments, limit)
 
 

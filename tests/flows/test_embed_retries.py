@@ -3,7 +3,6 @@ transient failures are retried (honouring Retry-After), permanent ones are recor
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 
 import numpy as np

@@ -15,7 +15,7 @@ from kbflow.errors import DeletionGuardError, ModelMismatchError, PermanentError
 from kbflow.state.manifest import NamespaceState
 from kbflow.stores.lancedb_store import LanceStore
 from tests.conftest import CASES
-from tests.flows.conftest import snapshot, store_of
+from tests.flows.conftest import DIM, snapshot, store_of
 
 
 

@@ -21,7 +21,7 @@ def server():
         yield running
 
 
-def make(kind: str, server: EmbeddingServer, monkeypatch, **extra):
+def make(kind: str, server: FakeServices, monkeypatch, **extra):
     monkeypatch.setenv("KBFLOW_TEST_KEY", KEY)
     if kind == "dashscope":
         config = EmbedderConfig(backend="dashscope", model="text-embedding-v4", dimension=64,
