@@ -24,3 +24,17 @@ def test_no_module_edits_sys_path():
     offenders = [str(path.relative_to(REPO)) for path in sources
                  if re.search(r"sys\.path\.(insert|append|extend)|sys\.path\s*=", path.read_text(encoding="utf-8"))]
     assert offenders == []
+
+
+def test_no_undefined_or_unused_names():
+    """pyflakes over everything: an undefined name on an error path (it happened: `kbflow serve` without a server)
+    is found before a user meets it."""
+    from pyflakes.api import checkPath
+    from pyflakes.reporter import Reporter
+    import io
+
+    out = io.StringIO()
+    files = [*(REPO / "src").rglob("*.py"), *(REPO / "flows").glob("*.py"), *(REPO / "tasks").glob("*.py"),
+             *(REPO / "tests").rglob("*.py"), *(REPO / "scripts").glob("*.py")]
+    problems = sum(checkPath(str(path), Reporter(out, out)) for path in files)
+    assert problems == 0, out.getvalue()
