@@ -56,9 +56,9 @@ def split_task(documents, label: str, cache_key: str | None = None) -> pa.Table:
 
 @task(name="chunk", task_run_name="chunk {label}", cache_key_fn=_given_key, persist_result=True,
       result_serializer="pickle")
-def chunk_task(documents, sections, counter, chunk_tokens, config, chunker, label: str,
+def chunk_task(documents, sections, counter, chunk_tokens, config, chunker, plan_dir, label: str,
                cache_key: str | None = None) -> pa.Table:
-    return _counted(lambda: stages.chunk(documents, sections, counter, chunk_tokens, config, chunker))
+    return _counted(lambda: stages.chunk(documents, sections, counter, chunk_tokens, config, chunker, plan_dir))
 
 
 @task(name="embed", task_run_name="embed {label}", cache_policy=NO_CACHE)

@@ -161,3 +161,44 @@ def test_chunking_properties(counter, markdown, chunk_tokens, overlap):
         if current.heading_path == previous.heading_path and current.char_start < previous.char_end:
             assert counter.count([markdown[current.char_start:previous.char_end]])[0] <= overlap
     assert not any(re.fullmatch(r"\s*", c.text) for c in chunks)
+
+
+class CountingCounter:
+    """The real tokenizer, counting the texts it is asked to count."""
+
+    def __init__(self, inner):
+        self.inner, self.texts = inner, 0
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def count(self, texts):
+        self.texts += len(texts)
+        return self.inner.count(texts)
+
+    def cut(self, text, max_tokens):
+        self.texts += 1
+        return self.inner.cut(text, max_tokens)
+
+
+def test_unchanged_sections_reuse_their_plans_and_give_the_same_chunks(counter):
+    from dataclasses import asdict
+
+    sections = [f"## Part {i}\n\n" + " ".join(f"Sentence {j} of part {i} about replication." for j in range(30))
+                for i in range(12)]
+    version_1 = "# Manual\n\nThis is version 15.18.\n\n" + "\n\n".join(sections) + "\n"
+    edited = sections[:]
+    edited[5] = edited[5].replace("Sentence 3 of part 5", "A rewritten sentence of part 5")
+    version_2 = "# Manual\n\nThis is version 15.20 (a stamp of another length).\n\n" + "\n\n".join(edited) + "\n"
+    plans: dict = {}
+    first = CountingCounter(counter)
+    chunk_document("doc", version_1, split_markdown(version_1), first, 64, 8, True, plans, "fp")
+    assert len(plans) == 13 and first.texts > 13
+    again = CountingCounter(counter)
+    reused = chunk_document("doc", version_2, split_markdown(version_2), again, 64, 8, True, plans, "fp")
+    fresh = chunk_document("doc", version_2, split_markdown(version_2), counter, 64, 8, True)
+    assert [asdict(c) for c in reused] == [asdict(c) for c in fresh]  # the same chunks, to the character
+    assert 0 < again.texts < first.texts / 4  # only the stamp's and part 5's sections were counted
+    assert len(plans) == 13  # the old stamp's and old part 5's plans are gone, the new ones are in
+    other = chunk_document("doc", version_2, split_markdown(version_2), counter, 64, 8, True, dict(plans), "fp2")
+    assert [c.text for c in other] == [c.text for c in fresh]  # another chunker fingerprint reuses nothing wrongly

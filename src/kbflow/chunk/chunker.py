@@ -17,6 +17,7 @@ not change the ids, or the vectors, of the chunks after it.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from dataclasses import dataclass
 
@@ -159,6 +160,17 @@ def _pack(units: list[Span], budget: int, overlap_tokens: int) -> list[tuple[int
     return ranges
 
 
+def section_key(markdown: str, section: list[Block], chunker: str) -> str:
+    """What a section's chunks depend on, and nothing else: its text, its blocks' kinds and offsets within it, its
+    heading path, and the chunker (tokenizer, budget, overlap, prefix; every version). Chunks never cross a section,
+    so an unchanged section of a changed document keeps its plan."""
+    origin = section[0].char_start
+    shape = [[block.kind, block.char_start - origin, block.char_end - origin] for block in section]
+    body = markdown[origin:section[-1].char_end]
+    return hashlib.sha256(json.dumps([chunker, section[0].heading_path, shape, body],
+                                     ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
 def chunk_document(
     doc_id: str,
     markdown: str,
@@ -167,15 +179,69 @@ def chunk_document(
     chunk_tokens: int,
     overlap_tokens: int,
     heading_prefix: bool,
+    plans: dict[str, dict] | None = None,
+    chunker: str = "",
 ) -> list[Chunk]:
     """Chunks of one document. Token counts are batched per document (a tokenizer call costs ~1 ms however
-    little it counts), and per section only where a section needs more work."""
+    little it counts), and per section only where a section needs more work.
+
+    ``plans`` (section key -> plan) makes re-chunking cost what changed: a section whose key is there reuses its
+    plan (its chunks' offsets within the section, their token counts, its heading prefix) without tokenizing
+    anything; the plans of this document's sections are left in ``plans`` for the next time. A plan is a pure
+    function of what its key hashes (``chunker`` must be the chunker fingerprint), so reuse gives the same chunks."""
     content_budget = chunk_tokens - counter.special_tokens
     sections = _sections(blocks)
+    keys = [section_key(markdown, section, chunker) for section in sections] if plans is not None else []
+    fresh = [i for i in range(len(sections)) if plans is None or keys[i] not in plans]
+    computed = _plan_sections(markdown, [sections[i] for i in fresh], counter, content_budget, overlap_tokens,
+                              heading_prefix)
+    section_plans = [None] * len(sections)
+    for i, plan in zip(fresh, computed):
+        section_plans[i] = plan
+    if plans is not None:
+        for i, key in enumerate(keys):
+            if section_plans[i] is None:
+                section_plans[i] = plans[key]
+        plans.clear()
+        plans.update(zip(keys, section_plans))
+    chunks: list[Chunk] = []
+    occurrences: dict[str, int] = {}
+    for section, plan in zip(sections, section_plans):
+        origin, prefix = section[0].char_start, plan["prefix"]
+        for relative_start, relative_end, n_tokens in plan["chunks"]:
+            start, end = origin + relative_start, origin + relative_end
+            text = markdown[start:end]
+            embed_text = prefix + text
+            text_sha = sha256_text(text)
+            occurrence = occurrences.get(text_sha, 0)
+            occurrences[text_sha] = occurrence + 1
+            chunks.append(
+                Chunk(
+                    chunk_id=hashlib.sha256(f"{doc_id}\x00{text_sha}\x00{occurrence}".encode()).hexdigest()[:32],
+                    ordinal=len(chunks),
+                    text=text,
+                    embed_text=embed_text,
+                    heading_path=list(section[0].heading_path),
+                    char_start=start,
+                    char_end=end,
+                    n_tokens=n_tokens + counter.special_tokens,
+                    text_sha256=text_sha,
+                    embed_sha256=sha256_text(embed_text),
+                )
+            )
+    return chunks
+
+
+def _plan_sections(markdown: str, sections: list[list[Block]], counter: TokenCounter, content_budget: int,
+                   overlap_tokens: int, heading_prefix: bool) -> list[dict]:
+    """Each section's plan: its heading prefix and its chunks as (start, end, tokens of prefix + text) relative to
+    the section's first block. All counting of all sections is batched."""
+    if not sections:
+        return []
     prefixes = _prefixes(sections, counter, int(content_budget * PREFIX_SHARE)) if heading_prefix else \
         [("", 0)] * len(sections)
     block_counts = iter(counter.count([markdown[b.char_start:b.char_end] for section in sections for b in section]))
-    planned: list[tuple[str, list[str], list[Span], list[tuple[int, int]]]] = []
+    planned: list[tuple[str, list[Span], list[tuple[int, int]]]] = []
     for section, (prefix, prefix_tokens) in zip(sections, prefixes):
         budget = content_budget - prefix_tokens
         units: list[Span] = []
@@ -188,40 +254,21 @@ def chunk_document(
                 units.append(Span(start, end, n_tokens))
             else:
                 units.extend(split_long(markdown, start, end, budget, counter, block.kind))
-        planned.append((prefix, section[0].heading_path, units, _pack(units, budget, overlap_tokens)))
+        planned.append((prefix, units, _pack(units, budget, overlap_tokens)))
 
     # count every planned chunk's real embedded text at once; repack only the sections with one over the limit
-    texts = [prefix + markdown[units[a].start:units[b - 1].end] for prefix, _, units, ranges in planned for a, b in ranges]
+    texts = [prefix + markdown[units[a].start:units[b - 1].end] for prefix, units, ranges in planned for a, b in ranges]
     counts = iter(counter.count(texts))
-    chunks: list[Chunk] = []
-    occurrences: dict[str, int] = {}
-    for prefix, path, units, ranges in planned:
+    plans = []
+    for section, (prefix, units, ranges) in zip(sections, planned):
         section_counts = [next(counts) for _ in ranges]
         if any(n > content_budget for n in section_counts):
             ranges = _fit(units, ranges, markdown, prefix, counter, content_budget)
             section_counts = counter.count([prefix + markdown[units[a].start:units[b - 1].end] for a, b in ranges])
-        for (first, last), n_tokens in zip(ranges, section_counts):
-            start, end = units[first].start, units[last - 1].end
-            text = markdown[start:end]
-            embed_text = prefix + text
-            text_sha = sha256_text(text)
-            occurrence = occurrences.get(text_sha, 0)
-            occurrences[text_sha] = occurrence + 1
-            chunks.append(
-                Chunk(
-                    chunk_id=hashlib.sha256(f"{doc_id}\x00{text_sha}\x00{occurrence}".encode()).hexdigest()[:32],
-                    ordinal=len(chunks),
-                    text=text,
-                    embed_text=embed_text,
-                    heading_path=list(path),
-                    char_start=start,
-                    char_end=end,
-                    n_tokens=n_tokens + counter.special_tokens,
-                    text_sha256=text_sha,
-                    embed_sha256=sha256_text(embed_text),
-                )
-            )
-    return chunks
+        origin = section[0].char_start
+        plans.append({"prefix": prefix, "chunks": [[units[first].start - origin, units[last - 1].end - origin, n_tokens]
+                                                   for (first, last), n_tokens in zip(ranges, section_counts)]})
+    return plans
 
 
 def _prefixes(sections: list[list[Block]], counter: TokenCounter, max_tokens: int) -> list[tuple[str, int]]:

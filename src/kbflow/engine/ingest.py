@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from kbflow import memory, progress
 from kbflow.chunk.chunker import chunker_fingerprint
+from kbflow.chunk.plans import PlanCache
 from kbflow.config import KbConfig, check_namespace
 from kbflow.convert.archive import ArchiveLimits
 from kbflow.convert.converters import converter_fingerprint, text_documents, text_sources
@@ -264,7 +265,7 @@ def _ingest_batches(run: Run, plan: Plan, texts_by_path: dict[str, str]) -> None
 
         started = time.perf_counter()
         chunks = run.runner.run("chunk", documents, sections, run.embedder.token_counter(), run.chunk_tokens,
-                                config.chunking, run.fingerprints.chunker, label=label,
+                                config.chunking, run.fingerprints.chunker, str(run.state.plans_dir), label=label,
                                 cache_key=stages.chunk_cache_key(key, run.fingerprints.chunker))
         run.timed("chunk", started, last + 1, len(todo))
         write_table(chunks, run.run_dir / "chunks" / part, CHUNKS)
@@ -338,6 +339,7 @@ def _delete(run: Run, plan: Plan) -> None:
                                                        label=f"{len(removed_ids)} removed docs")
     failpoint("delete.after_store")
     run.state.update_manifest(manifest_rows([], CHUNKS.empty_table(), run.fingerprints, run.run_id), removed_ids)
+    PlanCache(run.state.plans_dir).forget(removed_ids)
     run.timed("upsert", started)
 
 

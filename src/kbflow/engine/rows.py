@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow as pa
 
 from kbflow.chunk.chunker import chunk_document
+from kbflow.chunk.plans import PlanCache
 from kbflow.config import ChunkConfig
 from kbflow.engine.plan import Fingerprints
 from kbflow.errors import ConfigError
@@ -58,15 +59,20 @@ def resolve_chunk_tokens(config: ChunkConfig, model_max_tokens: int, model_id: s
 
 
 def chunk_documents(documents: pa.Table, sections: pa.Table, counter: TokenCounter, chunk_tokens: int,
-                    config: ChunkConfig, chunker: str) -> pa.Table:
+                    config: ChunkConfig, chunker: str, plans: PlanCache | None = None) -> pa.Table:
+    """Chunks of every converted document; with ``plans``, each document's unchanged sections reuse their plans."""
     by_doc: dict[str, list[Block]] = {}
     for row in sections.to_pylist():
         by_doc.setdefault(row["doc_id"], []).append(
             Block(row["kind"], row["char_start"], row["char_end"], row["heading_path"]))
     rows = []
     for doc in with_status(documents, "ok"):
+        doc_plans = plans.load(doc["doc_id"]) if plans is not None else None
+        before = dict(doc_plans) if doc_plans is not None else None
         chunks = chunk_document(doc["doc_id"], doc["markdown"], by_doc.get(doc["doc_id"], []), counter,
-                                chunk_tokens, config.overlap_tokens, config.heading_prefix)
+                                chunk_tokens, config.overlap_tokens, config.heading_prefix, doc_plans, chunker)
+        if plans is not None and doc_plans != before:
+            plans.save(doc["doc_id"], doc_plans)
         for chunk in chunks:
             row = asdict(chunk)
             embed_text = row.pop("embed_text")

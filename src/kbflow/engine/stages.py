@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from kbflow.chunk.chunker import CHUNK_VERSION
+from kbflow.chunk.plans import PlanCache
 from kbflow.chunk.split import SPLIT_VERSION
 from kbflow.chunk.tokens import TokenCounter
 from kbflow.config import ChunkConfig, ConvertConfig, KbConfig
@@ -83,8 +84,10 @@ def split(documents: pa.Table) -> pa.Table:
 
 
 def chunk(documents: pa.Table, sections: pa.Table, counter: TokenCounter, chunk_tokens: int, config: ChunkConfig,
-          chunker: str) -> pa.Table:
-    return rows.chunk_documents(documents, sections, counter, chunk_tokens, config, chunker)
+          chunker: str, plan_dir: str | None = None) -> pa.Table:
+    """Chunks of a batch; with ``plan_dir`` (the namespace's chunk plans) unchanged sections are not re-chunked."""
+    return rows.chunk_documents(documents, sections, counter, chunk_tokens, config, chunker,
+                                PlanCache(plan_dir) if plan_dir else None)
 
 
 def embed(keys: list[str], texts: list[str], embedder: Embedder, cache: VectorCache) -> tuple[list[str], np.ndarray]:

@@ -38,6 +38,7 @@ class NamespaceState:
         self.manifest_path = self.root / "manifest.parquet"
         self.meta_path = self.root / "namespace.json"
         self.last_run_path = self.root / "last_run.json"
+        self.plans_dir = self.root / "chunk-plans"  # kbflow.chunk.plans: each document's chunk plans
 
     # -- model ----------------------------------------------------------------
     def meta(self) -> dict | None:
