@@ -243,6 +243,8 @@ def _ingest_batches(run: Run, plan: Plan, texts_by_path: dict[str, str]) -> None
                                  label=f"docs {first}-{first + len(batches[index]) - 1}") if files else None
 
     pending = start_convert(0) if batches else None
+    waiting: list[Waiting] = []
+    waiting_misses = 0
     for index, batch in enumerate(batches):
         first, last = index * size, index * size + len(batch) - 1
         label, part = f"docs {first}-{last}", f"part-{index:05d}.parquet"
@@ -271,15 +273,46 @@ def _ingest_batches(run: Run, plan: Plan, texts_by_path: dict[str, str]) -> None
         write_table(chunks, run.run_dir / "chunks" / part, CHUNKS)
         failpoint("chunk.done")
 
-        started = time.perf_counter()
-        vectors, failed_keys = _embed(run, chunks)
-        run.timed("embed", started)
+        # embedding waits until enough texts are missing from the cache to fill the embed calls, or enough
+        # documents wait: an update's few new texts per batch then go to the model in full calls
+        waiting.append(Waiting(documents, chunks, label, last))
+        waiting_misses += _misses(run, chunks)
+        del file_docs, text_docs, documents, sections, chunks
+        if (waiting_misses >= config.embedder.task_batch * config.flow.max_workers
+                or sum(w.documents.num_rows for w in waiting) >= config.flow.embed_gather_docs):
+            _embed_and_upsert(run, waiting, len(todo))
+            waiting_misses = 0
+    if waiting:
+        _embed_and_upsert(run, waiting, len(todo))
 
+
+@dataclass
+class Waiting:
+    """A converted and chunked document batch whose chunks wait for their vectors."""
+
+    documents: pa.Table
+    chunks: pa.Table
+    label: str
+    last: int  # index of its last document in the plan's todo list (progress)
+
+
+def _misses(run: Run, chunks: pa.Table) -> int:
+    keys, _texts = embed_inputs(chunks)
+    return len(keys) - len(run.cache.lookup(keys))
+
+
+def _embed_and_upsert(run: Run, waiting: list[Waiting], total: int) -> None:
+    """Embed the misses of every waiting batch in one go (full calls), then replace each batch's documents."""
+    started = time.perf_counter()
+    vectors, failed_keys = _embed(run, pa.concat_tables([w.chunks for w in waiting]))
+    run.timed("embed", started)
+    for batch in waiting:
         started = time.perf_counter()
-        _upsert(run, documents, chunks, vectors, failed_keys, label)
-        run.timed("upsert", started, last + 1, len(todo))
-        del file_docs, text_docs, documents, sections, chunks, vectors
-        memory.trim()  # the batch is written: hand its freed pages back before the next one
+        _upsert(run, batch.documents, batch.chunks, vectors, failed_keys, batch.label)
+        run.timed("upsert", started, batch.last + 1, total)
+    waiting.clear()
+    del vectors
+    memory.trim()  # the batches are written: hand their freed pages back before the next ones
 
 
 def _embed(run: Run, chunks: pa.Table) -> tuple[dict, set[str]]:
