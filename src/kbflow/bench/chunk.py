@@ -7,12 +7,12 @@ tokenizer (batched ``encode_batch``) and the CJK-aware estimate used for remote 
 
 from __future__ import annotations
 
-import json
 import tempfile
 import time
 from pathlib import Path
 
 from kbflow.bench.ingest import _corpus_dir, _peak_rss_mb
+from kbflow.bench.results import save
 from kbflow.chunk.chunker import chunk_document
 from kbflow.config import load_config
 from kbflow.convert.converters import convert_batch
@@ -75,11 +75,7 @@ def bench_chunk(corpus: Path, out_file: Path, target_mb: float = 100.0, config=N
                   "chunks": n_chunks},
         "peak_rss_mb": round(_peak_rss_mb(), 1),
     }
-    out_file = Path(out_file)
-    out_file.parent.mkdir(parents=True, exist_ok=True)
-    result["plot"] = str(_plot(result, out_file.with_suffix(".png")))
-    out_file.write_text(json.dumps(result, indent=2), encoding="utf-8")
-    return result
+    return save(result, out_file, _plot)
 
 
 def _plot(result: dict, path: Path) -> Path:

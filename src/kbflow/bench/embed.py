@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from kbflow import api
+from kbflow.bench.results import save
 from kbflow.bench.ingest import _corpus_dir, _peak_rss_mb
 from kbflow.config import ChunkConfig, EmbedderConfig
 from kbflow.convert.converters import convert_batch
@@ -126,11 +127,7 @@ def bench_embed(corpus: Path, limit: int, backends: list[str], pipeline_backend:
     if pipeline_backend:
         result["pipeline"] = pipeline_vs_raw(files, BACKENDS[pipeline_backend], work)
     result["peak_rss_mb"] = round(_peak_rss_mb(), 1)
-    out_file = Path(out_file)
-    out_file.parent.mkdir(parents=True, exist_ok=True)
-    result["plot"] = str(plot_embed(result, out_file.with_suffix(".png")))
-    out_file.write_text(json.dumps(result, indent=2), encoding="utf-8")
-    return result
+    return save(result, out_file, plot_embed)
 
 
 def plot_embed(result: dict, path: Path) -> Path:

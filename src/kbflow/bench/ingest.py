@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import resource
 import tarfile
 import tempfile
@@ -12,6 +11,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from kbflow import api
+from kbflow.bench.results import save
 from kbflow.config import load_config
 from kbflow.embed import get_embedder
 from kbflow.errors import ConfigError
@@ -130,11 +130,7 @@ def bench_ingest(corpus: Path, update_to: Path | None, out_file: Path, work_dir:
     result = {"corpus": str(corpus), "update_to": str(update_to) if update_to else None, "model_id": embedder.model_id,
               "model_load_s": round(load_s, 3), "phases": phases, "floor": floor, "ratios": ratios,
               "peak_rss_mb": round(_peak_rss_mb(), 1)}
-    Path(out_file).parent.mkdir(parents=True, exist_ok=True)
-    Path(out_file).write_text(json.dumps(result, indent=2), encoding="utf-8")
-    result["plot"] = str(plot_ingest(result, Path(out_file).with_suffix(".png")))
-    Path(out_file).write_text(json.dumps(result, indent=2), encoding="utf-8")
-    return result
+    return save(result, out_file, plot_ingest)
 
 
 def plot_ingest(result: dict, path: Path) -> Path:

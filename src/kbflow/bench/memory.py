@@ -28,6 +28,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 from kbflow.bench.ingest import _corpus_dir
+from kbflow.bench.results import save
 from kbflow.errors import ConfigError
 
 SAMPLE_S = 0.25
@@ -134,11 +135,7 @@ def bench_memory(corpus: Path, fractions: list[float], out_file: Path, work_dir:
             "chunks_ratio": round(large["chunks"] / max(small["chunks"], 1), 2),
             "peak_rss_ratio": round(large["peak_rss_mb"] / small["peak_rss_mb"], 3),
             "peak_rss_delta_mb": round(large["peak_rss_mb"] - small["peak_rss_mb"], 1)}
-    out_file = Path(out_file)
-    out_file.parent.mkdir(parents=True, exist_ok=True)
-    result["plot"] = str(plot_memory(result, out_file.with_suffix(".png")))
-    out_file.write_text(json.dumps(result, indent=2), encoding="utf-8")
-    return result
+    return save(result, out_file, plot_memory)
 
 
 def plot_memory(result: dict, path: Path) -> Path:

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from kbflow.errors import ConfigError
+from kbflow.bench.results import save
 
 MODES = ("direct", "prefect-temporary", "prefect-server")
 ADD_TEXT_SCRIPT = """
@@ -170,11 +171,7 @@ def bench_overhead(corpus: Path, out_file: Path, repeats: int = 3, add_texts: in
         ratios["add_text_warm_temporary_over_direct"] = round(
             by_mode["prefect-temporary"]["add_text_warm_median_s"] / by_mode["direct"]["add_text_warm_median_s"], 2)
     result = {"corpus": str(corpus), "repeats": repeats, "add_texts": add_texts, "modes": results, "ratios": ratios}
-    out_file = Path(out_file)
-    out_file.parent.mkdir(parents=True, exist_ok=True)
-    result["plot"] = str(_plot(result, out_file.with_suffix(".png")))
-    out_file.write_text(json.dumps(result, indent=2), encoding="utf-8")
-    return result
+    return save(result, out_file, _plot)
 
 
 def _plot(result: dict, path: Path) -> Path:

@@ -11,7 +11,6 @@ twice (the stand-in counts what it served).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -20,6 +19,7 @@ from pathlib import Path
 import yaml
 
 from kbflow import api
+from kbflow.bench.results import save
 from kbflow.bench.fake_services import FakeServices
 from kbflow.bench.ingest import _corpus_dir
 from kbflow.errors import ConfigError
@@ -106,11 +106,7 @@ def bench_provider(provider: str, corpus: Path, pages: int, out_file: Path, conc
     result = {"provider": provider, "base_url": base_url or "kbflow.bench.fake_services (local)", "pages": pages,
               "faults": faults if not base_url else None, "allowance_rps": allowance_rps if not base_url else None,
               "timeout_s": timeout_s, "runs": runs}
-    out_file = Path(out_file)
-    out_file.parent.mkdir(parents=True, exist_ok=True)
-    result["plot"] = str(_plot(result, out_file.with_suffix(".png")))
-    out_file.write_text(json.dumps(result, indent=2), encoding="utf-8")
-    return result
+    return save(result, out_file, _plot)
 
 
 def _plot(result: dict, path: Path) -> Path:
