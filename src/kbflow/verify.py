@@ -18,6 +18,7 @@ import numpy as np
 
 from kbflow.config import KbConfig
 from kbflow.embed import get_embedder
+from kbflow.embed.choice import for_namespace
 from kbflow.stores.vector_cache import VectorCache
 from kbflow.errors import ConfigError
 from kbflow.state.manifest import NamespaceState
@@ -59,7 +60,7 @@ def verify(config: KbConfig, namespace: str, repair: bool = False) -> Report:
         raise ConfigError(f"namespace {namespace!r} does not exist under {config.data_dir}; nothing to verify")
     model_id, dimension = meta["model_id"], meta["dimension"]
     findings: list[Finding] = []
-    configured = get_embedder(config.embedder)
+    configured = get_embedder(for_namespace(config.embedder, meta))
     if configured.model_id != model_id or configured.dimension != dimension:
         findings.append(Finding("model", f"the namespace holds {model_id} (dim {dimension}) but the config names "
                                          f"{configured.model_id} (dim {configured.dimension})"))

