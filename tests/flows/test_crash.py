@@ -116,6 +116,9 @@ def test_sigkill_then_rerun_equals_a_clean_run(point, crash_corpus, config_file,
     killed_dir = tmp_path / "killed"
     run_killed(crash_corpus, killed_dir, config_file, point)
     assert (killed_dir / "state" / "default" / "ingest.lock").exists()  # left behind by the dead run
+    # and so is its slot of the namespace's Prefect concurrency limit: the rerun below (a flow run on the same
+    # server) must release it because its holder died, not wait for it (it used to wait forever)
+    assert (killed_dir / "state" / "default" / "queue-slot.json").exists()
     cache = VectorCache(killed_dir / "lancedb", clean_summary_model(clean_dir), 384)
     cached_before = cache.count()
 
@@ -130,6 +133,7 @@ def test_sigkill_then_rerun_equals_a_clean_run(point, crash_corpus, config_file,
     assert resumed["store"]["count"] == clean_summary["store"]["count"]
     assert not list(killed_dir.rglob(f"*{TMP_SUFFIX}"))  # the dead run's temporaries were cleaned
     assert not (killed_dir / "state" / "default" / "ingest.lock").exists()
+    assert not (killed_dir / "state" / "default" / "queue-slot.json").exists()
     again = ingest(sources=[str(crash_corpus)], data_dir=str(killed_dir), config_path=str(config_file))
     assert again["chunks"]["embedded"] == 0 and again["documents"]["unchanged"] == clean_summary["documents"]["new"]
 

@@ -15,7 +15,8 @@ class NamespaceLocked(KbflowError):
     """Another live run holds the namespace."""
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether a process with this pid runs on this host."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -39,7 +40,7 @@ class NamespaceLock:
             except FileExistsError:
                 holder = self._holder()
                 same_host = holder.get("host") == socket.gethostname()
-                if holder and same_host and not _alive(int(holder.get("pid", 0))):
+                if holder and same_host and not alive(int(holder.get("pid", 0))):
                     self.path.unlink(missing_ok=True)  # its owner died: take over
                     continue
                 started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(holder.get("started", 0)))
