@@ -20,10 +20,10 @@ def chunks_of(markdown, counter, chunk_tokens=64, overlap=8, prefix=True):
 
 def covered_in_order(markdown, chunks):
     """Every non-space character of the input lies in some chunk, and chunk spans are in order
-    (thematic breaks are boundaries, not content)."""
+    (thematic breaks are boundaries, navigation is links without text of its own: neither is content)."""
     covered = [False] * len(markdown)
     for block in split_markdown(markdown):
-        if block.kind == "break":
+        if block.kind in ("break", "navigation"):
             covered[block.char_start:block.char_end] = [True] * (block.char_end - block.char_start)
     for chunk in chunks:
         assert markdown[chunk.char_start:chunk.char_end] == chunk.text

@@ -1,3 +1,5 @@
+import pytest
+
 from kbflow.chunk.split import split_markdown
 
 DOC = """# Guide
@@ -78,3 +80,18 @@ def test_break_interrupts_paragraph_and_list():
 def test_heading_whitespace_is_normalised_non_breaking_spaces_included():
     blocks = split_markdown("# 第\u00a06\u00a0章  维护和更新：APT 工具\n\ntext\n")
     assert blocks[-1].heading_path == ["第 6 章 维护和更新：APT 工具"]
+
+
+@pytest.mark.parametrize("text, navigation", [
+    ("| [Prev](a.html) | [Up](b.html) | [Next](c.html) |\n| --- | --- | --- |", True),
+    ("* [**上一页**](a.html)\n* Debian 管理员手册\n* [**下一页**](b.html)", True),
+    ("1. [Introduction](intro.html)\n2. [Installing the software](install.html)\n3. [Tuning](tune.html)", True),
+    ("→ <https://www.debian.org/devel/people>", True),
+    ("Use [DROP INDEX](sql-dropindex.html) to remove an index.", False),  # a sentence with a link in it
+    ("* apt keeps the packages current and resolves dependencies\n* [apt(8)](apt.html) has the details", False),
+    ("Plain text, no links at all, however short.", False),
+    ("```\n[a](b) [c](d) [e](f)\n```", False),  # code is code
+])
+def test_navigation_is_links_with_little_text_of_their_own(text, navigation):
+    blocks = [block for block in split_markdown(text + "\n") if block.kind != "heading"]
+    assert (blocks[0].kind == "navigation") is navigation, blocks

@@ -127,6 +127,8 @@ def _sections(blocks: list[Block]) -> list[list[Block]]:
         if block.kind == "break":
             boundary = True
             continue
+        if block.kind == "navigation":  # links with no text of their own: not content, not a boundary
+            continue
         if groups and not boundary and block.kind != "heading" and groups[-1][0].heading_path == block.heading_path:
             groups[-1].append(block)
         else:

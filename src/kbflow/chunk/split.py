@@ -1,5 +1,9 @@
 """Split Markdown into blocks (paragraph, code, table, list, heading) with heading paths and exact offsets.
 
+A paragraph, list or table that is navigation (mostly links with little text of its own: "Prev | Up | Home",
+"[上一页] … [下一页]", a chapter's table of contents) becomes a ``navigation`` block, which the chunker leaves out:
+it would otherwise come back as a hit that says nothing.
+
 Offsets are indices into the converted Markdown string: ``markdown[char_start:char_end] == text``.
 A heading inside a code fence is code, not a heading. A thematic break (``* * *``, ``---``, ``___`` on a line of
 its own) becomes a ``break`` block: a section boundary with no content. The converter writes one at each HTML
@@ -11,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-SPLIT_VERSION = "3"  # 3: heading whitespace normalised
+SPLIT_VERSION = "4"  # 3: heading whitespace normalised; 4: navigation blocks
 
 FENCE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 ATX_RE = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
@@ -19,6 +23,36 @@ SETEXT_RE = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
 TABLE_RE = re.compile(r"^ {0,3}\|")
 THEMATIC_RE = re.compile(r"^ {0,3}(?:(?:\*[ \t]*){3,}|(?:-[ \t]*){3,}|(?:_[ \t]*){3,})$")
 LIST_RE = re.compile(r"^ {0,3}(?:[-*+]|\d{1,9}[.)])(?:[ \t]|$)")
+LINK_RE = re.compile(r"!?\[([^\]]*)\]\([^)]*\)|<(?:https?|mailto):[^>]*>")
+WORD_RE = re.compile(r"[\w\u4e00-\u9fff]+")
+ITEM_RE = re.compile(r"^\s*(?:[-*+]|\d{1,9}[.)])\s+|\|")
+NAV_OWN_TEXT = 24  # a navigation block's text outside its links is at most this many word characters (and no
+# more than its links' own), ...
+NAV_ITEM_SHARE = 0.6  # ...or, in a list or table, at least this share of its items are links alone
+
+
+def _own_text(text: str) -> str:
+    """The words of ``text`` outside its links."""
+    return "".join(WORD_RE.findall(LINK_RE.sub(" ", text)))
+
+
+def is_navigation(kind: str, text: str) -> bool:
+    """Links with little text of their own: a link bar, a "previous / up / next" list, a table of contents."""
+    if kind not in ("paragraph", "list", "table"):
+        return False
+    links = list(LINK_RE.finditer(text))
+    if not links:
+        return False
+    linked = sum(len("".join(WORD_RE.findall(link.group(1) if link.group(1) is not None else link.group(0))))
+                 for link in links)
+    own = len(_own_text(text))
+    if own <= NAV_OWN_TEXT and own <= linked:  # "Use [DROP INDEX](…) to remove an index." is a sentence
+        return True
+    if kind == "paragraph":
+        return False
+    items = [part for line in text.splitlines() for part in ITEM_RE.split(line) if part.strip(" |-:")]
+    link_only = sum(1 for item in items if LINK_RE.search(item) and len(_own_text(item)) <= 3)
+    return len(items) >= 3 and link_only >= NAV_ITEM_SHARE * len(items)
 
 
 @dataclass
@@ -130,4 +164,7 @@ def split_markdown(markdown: str) -> list[Block]:
             continue
         blocks.append(Block("paragraph", start, lines[j][1], heading_path()))
         i = j + 1
+    for block in blocks:
+        if is_navigation(block.kind, markdown[block.char_start:block.char_end]):
+            block.kind = "navigation"
     return blocks
