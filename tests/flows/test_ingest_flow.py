@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -11,9 +13,9 @@ import pytest
 
 from kbflow.flows.ingest import ingest
 from kbflow import api
-from kbflow.errors import DeletionGuardError, ModelMismatchError, PermanentError
+from kbflow.errors import DeletionGuardError, ModelMismatchError
 from kbflow.state.manifest import NamespaceState
-from kbflow.stores.lancedb_store import LanceStore
+from kbflow.stores.vector_cache import VectorCache
 from tests.conftest import CASES
 from tests.flows.conftest import DIM, snapshot, store_of
 
@@ -99,20 +101,54 @@ def test_renaming_a_file_reuses_its_vectors(docs_dir, tmp_path, counting):
     assert "docs/backup-guide.md" in paths and "docs/backups.md" not in paths
 
 
+def fail_lance_commits(monkeypatch, table_dir: Path) -> list[str]:
+    """Make every merge_insert into the store table at ``table_dir`` fail inside LanceDB's own commit, after its
+    real write: the real merge_insert runs and writes the new rows' data files, and only then finds the version it
+    would commit already taken (a directory squats on the next manifest's name), so the commit fails. Whatever else
+    the store does (a separate delete, say) commits as usual. Returns the errors the merges raised."""
+    from lancedb.merge import LanceMergeInsertBuilder
+
+    real = LanceMergeInsertBuilder.execute
+    errors: list[str] = []
+
+    def commit_fails(self, new_data, *args, **kwargs):
+        if self._table.name != table_dir.stem:
+            return real(self, new_data, *args, **kwargs)
+        versions = table_dir / "_versions"
+        numbers = [int(path.stem) for path in versions.glob("*.manifest")]
+        assert numbers and min(numbers) > 2**63, numbers  # Lance's V2 names: version v is u64::MAX - v
+        squatter = versions / f"{min(numbers) - 1}.manifest"  # the name the next version would take
+        squatter.mkdir()
+        try:
+            return real(self, new_data, *args, **kwargs)
+        except Exception as exc:
+            errors.append(str(exc))
+            raise
+        finally:
+            squatter.rmdir()
+
+    monkeypatch.setattr(LanceMergeInsertBuilder, "execute", commit_fails)
+    return errors
+
+
 def test_upsert_failure_leaves_store_and_manifest_as_before(docs_dir, tmp_path, counting, monkeypatch):
     data = tmp_path / "data"
     run(docs_dir, data)
     before = snapshot(data)
+    version = store_of(data).table.version
+    table_dir = data / "lancedb" / "chunks_default.lance"
+    data_files = table_dir / "data"
+    files_before = set(data_files.iterdir())
     (docs_dir / "search.md").write_text("# Search\n\nA completely rewritten page about ranking.\n")
 
-    def broken(self, doc_ids, rows):
-        raise RuntimeError("disk full (injected)")
-
-    monkeypatch.setattr(LanceStore, "replace_documents", broken)
+    errors = fail_lance_commits(monkeypatch, table_dir)
     summary = run(docs_dir, data)
     assert summary["documents"]["failed"] == 1
     assert [f["stage"] for f in summary["failures"]] == ["upsert"]
-    assert snapshot(data) == before
+    assert errors and all("Commit conflict" in error for error in errors)  # it failed at LanceDB's commit ...
+    assert set(data_files.iterdir()) - files_before  # ... after writing the new rows: a partial write on disk
+    assert snapshot(data) == before  # which no reader sees, and the manifest was not touched
+    assert store_of(data).table.version == version
     failures = pq.read_table(next((data / "runs" / "default").glob(f"{summary['run_id']}/failures.parquet")))
     assert failures.column("stage").to_pylist() == ["upsert"]
 
@@ -127,19 +163,52 @@ def test_upsert_failure_leaves_store_and_manifest_as_before(docs_dir, tmp_path, 
     assert any("rewritten page" in row["text"] for row in store_of(data).rows().to_pylist())
 
 
-def test_embedding_failure_keeps_stored_version_and_writes_no_vector(docs_dir, tmp_path, counting):
+def test_embedding_failure_keeps_stored_version_and_writes_no_vector(docs_dir, tmp_path, counting, real_embedder,
+                                                                     monkeypatch):
+    """The failure comes out of the real model: it encodes every batch, and for the batch holding one text its
+    output has a NaN row (as a model in trouble returns), which kbflow's output check refuses. The other changed
+    document's batch, embedded in the same run, is stored."""
     data = tmp_path / "data"
     run(docs_dir, data)
-    before = snapshot(data)
-    (docs_dir / "backups.md").write_text("# Backups\n\nNew policy: back up every hour.\n")
-    counting.fail_when = lambda texts: PermanentError("invalid input (injected)")
-    summary = run(docs_dir, data)
-    assert summary["documents"]["failed"] == 1
-    assert {f["stage"] for f in summary["failures"]} == {"embed"}
-    assert any(f["chunk_ids"] for f in summary["failures"])
-    assert snapshot(data) == before  # old version kept, nothing half-written, no zero vectors
+    before_rows, before_manifest = snapshot(data)
+    def cached() -> int:  # a fresh handle each time: an open table does not see later commits
+        return VectorCache(data / "lancedb", real_embedder.model_id, DIM).count()
 
-    counting.fail_when = None
+    cached_before = cached()
+    (docs_dir / "backups.md").write_text("# Backups\n\nNew policy: back up every hour.\n")
+    (docs_dir / "search.md").write_text("# Search\n\nA completely rewritten page about ranking.\n")
+    monkeypatch.setenv("KBFLOW__EMBEDDER__TASK_BATCH", "1")  # one text per embed call: the good one gets through
+
+    model = real_embedder._load()
+    encode = model.encode
+    encoded: list[tuple[list[str], bool]] = []  # (texts, whether the model's output was spoiled)
+    state = {"broken": True}
+
+    def model_in_trouble(texts, *args, **kwargs):
+        vectors = encode(texts, *args, **kwargs)  # the model really runs
+        spoiled = [i for i, text in enumerate(texts) if state["broken"] and "every hour" in text]
+        vectors[spoiled] = np.nan
+        encoded.append((list(texts), bool(spoiled)))
+        return vectors
+
+    monkeypatch.setattr(model, "encode", model_in_trouble)
+    summary = run(docs_dir, data)
+    assert summary["documents"]["changed"] == 2 and summary["documents"]["failed"] == 1  # of the 2, 1 failed
+    assert {f["stage"] for f in summary["failures"]} == {"embed"}
+    [refused] = [f for f in summary["failures"] if f.get("chunk_ids")]
+    assert refused["error_type"] == "EmbeddingError" and "NaN" in refused["message"]
+    assert [spoiled for _, spoiled in encoded].count(True) == 1  # one batch spoiled, not retried
+    good = [texts for texts, spoiled in encoded if not spoiled]
+    assert any("rewritten page" in text for texts in good for text in texts)  # the other batch was embedded ...
+    rows, manifest = snapshot(data)
+    assert any("rewritten page" in row["text"] for row in rows)  # ... and its document stored
+    assert cached() == cached_before + sum(len(texts) for texts in good) > cached_before  # none for the refused text
+    backups = {m["doc_id"] for m in before_manifest if m["source_path"] == "docs/backups.md"}
+    assert [r for r in rows if r["doc_id"] in backups] == [r for r in before_rows if r["doc_id"] in backups]
+    assert [m for m in manifest if m["doc_id"] in backups] == [m for m in before_manifest if m["doc_id"] in backups]
+    assert not any("every hour" in row["text"] for row in rows)  # old version kept, nothing half-written
+
+    state["broken"] = False
     again = run(docs_dir, data)
     assert again["documents"]["changed"] == 1 and again["chunks"]["embedded"] >= 1
     assert any("every hour" in row["text"] for row in store_of(data).rows().to_pylist())
@@ -203,8 +272,37 @@ def test_eval_on_a_small_labelled_set(tmp_path, counting):
 
     result = eval_beir(CASES / "beir-mini", data_dir=tmp_path / "data")
     assert result["documents"] == 5 and result["queries"] == 3
-    assert result["metrics"]["recall@100"] == 1.0  # every document is retrievable
-    assert result["metrics"]["mrr@10"] == 1.0  # and these queries are easy: the right one ranks first
+    # The metrics by hand, from rankings this test reads itself (the same vector search, the corpus files that
+    # eval writes are doc-000000.md ... in corpus.jsonl's order) and the qrels file
+    corpus = [json.loads(line)["_id"] for line in (CASES / "beir-mini" / "corpus.jsonl").read_text().splitlines()]
+    queries = {row["_id"]: row["text"] for row in map(json.loads,
+                                                      (CASES / "beir-mini" / "queries.jsonl").read_text().splitlines())}
+    relevant: dict[str, set[str]] = {}
+    for line in (CASES / "beir-mini" / "qrels" / "test.tsv").read_text().splitlines()[1:]:
+        query_id, doc, score = line.split("\t")
+        if int(score) > 0:
+            relevant.setdefault(query_id, set()).add(doc)
+    assert relevant == {"q1": {"d1", "d4"}, "q2": {"d2"}, "q3": {"d3"}}
+    reciprocal_ranks, recalls, ndcgs = [], [], []
+    for query_id, wanted in relevant.items():
+        hits = api.search(queries[query_id], namespace=result["namespace"], data_dir=tmp_path / "data", mode="vector",
+                          limit=100, min_score=-1e9)
+        ranked = list(dict.fromkeys(corpus[int(h.source_path.split("-")[-1].split(".")[0])] for h in hits))
+        assert sorted(ranked) == corpus  # all 5 documents come back
+        assert ranked[0] in wanted, (query_id, ranked)  # these queries are easy: a right document ranks first
+        first = next(rank for rank, doc in enumerate(ranked, 1) if doc in wanted)
+        reciprocal_ranks.append(1 / first if first <= 10 else 0.0)
+        recalls.append(len(wanted & set(ranked[:100])) / len(wanted))
+        # nDCG@10, binary gains: sum of 1 / log2(rank + 1) over the relevant documents in the top 10, over the
+        # same sum for the ideal list (all relevant first)
+        dcg = sum(1 / math.log2(rank + 1) for rank, doc in enumerate(ranked[:10], 1) if doc in wanted)
+        ndcgs.append(dcg / sum(1 / math.log2(rank + 1) for rank in range(1, len(wanted) + 1)))
+    assert reciprocal_ranks == [1.0, 1.0, 1.0]  # so MRR@10 = (1/1 + 1/1 + 1/1) / 3 = 1
+    assert result["metrics"]["mrr@10"] == sum(reciprocal_ranks) / 3 == 1.0
+    assert result["metrics"]["recall@100"] == sum(recalls) / 3 == 1.0  # 5 documents: every one is in the list
+    assert result["metrics"]["recall@10"] == 1.0  # the same: 5 documents, all in the top 10
+    # q1's second relevant document (the Chinese one) ranks where it ranks: nDCG is below 1 unless it is second
+    assert result["metrics"]["ndcg@10"] == pytest.approx(sum(ndcgs) / 3, abs=1e-4)
 
 
 def test_qdrant_store_holds_the_same_chunks_as_lancedb(docs_dir, tmp_path, counting):

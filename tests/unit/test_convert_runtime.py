@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 import zipfile
 
@@ -47,18 +48,44 @@ def test_a_worker_that_dies_is_reported_and_replaced():
         assert pool.workers[0].process.is_alive()
 
 
-def test_pool_timeout_becomes_a_failure_row(tmp_path, monkeypatch):
-    """End to end through convert_batch: a huge HTML page is still being parsed when its time is up."""
-    slow = tmp_path / "docs" / "slow.html"
-    slow.parent.mkdir()
-    slow.write_text("<html><body>" + "<p>word " * 400_000 + "</body></html>")
+def test_pool_timeout_becomes_a_failure_row(tmp_path):
+    """End to end through convert_batch: a document whose conversion can never finish is stopped at its timeout.
+
+    No guess at how long a parse takes: after the scan, ``stuck.html`` is swapped for a named pipe that nobody
+    writes to, so the worker's read of it blocks in open() until the worker is killed. A safety valve opens the pipe
+    for writing after 60 s (only if the pool never killed the reader), so a broken timeout fails this test instead
+    of hanging it."""
+    stuck = tmp_path / "docs" / "stuck.html"
+    stuck.parent.mkdir()
+    stuck.write_text("<html><body><p>never read</p></body></html>")
     (tmp_path / "docs" / "quick.md").write_text("# Quick\n\nfine\n")
     sources = scan([tmp_path / "docs"], "ns", ["*"], [".*"])
-    table = convert_batch(sources, ConvertConfig(workers=2, timeout_s=2))
+    stuck.unlink()
+    os.mkfifo(stuck)  # same path, same scanned size and hash: only reading it differs
+
+    finished = threading.Event()
+
+    def safety_valve():
+        if finished.wait(60):
+            return
+        try:  # a reader still blocked in open(): let it through, with bytes that convert fine
+            fd = os.open(stuck, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:  # ENXIO: nobody reads, the pool did kill the worker
+            return
+        os.write(fd, b"<html><body><p>released by the test</p></body></html>")
+        os.close(fd)
+
+    valve = threading.Thread(target=safety_valve, daemon=True)
+    valve.start()
+    try:
+        table = convert_batch(sources, ConvertConfig(workers=2, timeout_s=5))  # 5 s: quick.md's budget, not stuck's
+    finally:
+        finished.set()
+        valve.join()
     rows = {row["source_path"]: row for row in table.to_pylist()}
     assert rows["docs/quick.md"]["status"] == "ok"
-    assert rows["docs/slow.html"]["status"] == "failed"
-    assert "took over convert.timeout_s (2 s) and its worker was stopped" in rows["docs/slow.html"]["error"]
+    assert rows["docs/stuck.html"]["status"] == "failed", rows["docs/stuck.html"]
+    assert "took over convert.timeout_s (5 s) and its worker was stopped" in rows["docs/stuck.html"]["error"]
 
 
 def test_failures_are_never_cached_successes_are(tmp_path):

@@ -77,12 +77,27 @@ def test_namespaces_are_separate(make_store):
     assert alpha.count() == 1 and beta.count() == 0
 
 
-def test_vector_cache_bulk_lookup(tmp_path):
+def test_vector_cache_bulk_lookup(tmp_path, monkeypatch):
     cache = VectorCache(tmp_path, "model-x", 4)
     assert cache.lookup(["k1"]) == {}
     keys = [f"k{i}" for i in range(1200)]
     vectors = np.arange(1200 * 4, dtype=np.float32).reshape(1200, 4) + 1
     cache.add(keys, vectors)
+    queries = []
+    search = cache.table.search
+
+    def counted(*args, **kwargs):  # every query the cache makes goes through its table's search()
+        queries.append(args)
+        return search(*args, **kwargs)
+
+    monkeypatch.setattr(cache.table, "search", counted)
     found = cache.lookup(keys[::3] + ["absent"])
     assert len(found) == 400 and "absent" not in found
     assert np.array_equal(found["k3"], vectors[3])
+    # bulk: one IN (...) query per 500 distinct keys, never one per key
+    assert len(queries) == 1  # 401 keys
+    queries.clear()
+    found = cache.lookup(keys[:600] + keys[:600])  # 600 distinct keys, each asked twice
+    assert len(found) == 600 and len(queries) == 2
+    queries.clear()
+    assert len(cache.lookup(keys)) == 1200 and len(queries) == 3

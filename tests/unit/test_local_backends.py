@@ -43,7 +43,11 @@ def test_onnx_int8_stays_close_to_fp32_and_is_exported_once(tmp_path, real_embed
     assert onnx.dimension == 384 and onnx.max_tokens == real_embedder.max_tokens
     texts = [t for t in real_paragraphs() if t.isascii()]
     cosine = (onnx.embed_documents(texts) * real_embedder.embed_documents(texts)).sum(axis=1)
-    assert cosine.mean() >= 0.99 and cosine.min() >= 0.97, cosine  # the bar the fast path must keep
+    # The bar docs/embedding.md can stand behind: int8 FAILS the per-vector ">= 0.99 cosine to fp32" keep rule (its
+    # benchmark, 2,000 PostgreSQL chunks: mean 0.992, minimum 0.959), so only the mean is held to 0.99 here and a
+    # single vector to the benchmark's worst case, rounded down. (On these few test paragraphs every vector happens
+    # to reach 0.99; that is no promise.) Per-tensor weight scales, which the docs report at 0.81-0.95, fail both.
+    assert cosine.mean() >= 0.99 and cosine.min() >= 0.95, cosine
     exported = list((tmp_path / "onnx").rglob("*.onnx"))
     assert len(exported) == 1 and not list((tmp_path / "onnx").rglob(".*"))  # no temporary leftovers
     stamp = exported[0].stat().st_mtime_ns

@@ -31,5 +31,16 @@ def test_lock_of_a_dead_owner_is_taken_over(tmp_path):
 
 
 def test_namespaces_lock_independently(tmp_path):
-    with NamespaceLock(tmp_path / "a", "a"), NamespaceLock(tmp_path / "b", "b"):
-        pass
+    with NamespaceLock(tmp_path / "a", "a") as a:
+        with NamespaceLock(tmp_path / "b", "b") as b:  # a held: b is still free to take
+            assert a.path != b.path
+            for lock in (a, b):
+                assert json.loads(lock.path.read_text())["pid"] == os.getpid()
+            with pytest.raises(NamespaceLocked, match="namespace 'a' is being ingested"):
+                NamespaceLock(tmp_path / "a", "a").acquire()  # b taken: a is still held
+        assert not b.path.exists() and a.path.exists()  # releasing b leaves a held
+        with pytest.raises(NamespaceLocked, match="namespace 'a'"):
+            NamespaceLock(tmp_path / "a", "a").acquire()
+        with NamespaceLock(tmp_path / "b", "b"):  # and b can be taken again while a is held
+            pass
+    assert not a.path.exists()
