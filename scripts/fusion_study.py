@@ -65,7 +65,7 @@ def collect(sets: list[Path], backends: list[str], work: Path, depth: int, max_q
 def _doc_ids_of(searcher, corpus: dict) -> dict[str, str]:
     """Store doc ids -> the set's own document ids (kbflow eval writes corpus document i as corpus/doc-<i>.md)."""
     paths = {f"corpus/doc-{index:06d}.md": doc_id for index, doc_id in enumerate(corpus)}
-    table = searcher.store.rows(["doc_id", "source_path"])
+    table = searcher.store.rows(["chunk_id", "doc_id", "source_path"])
     return {doc: paths[path] for doc, path in zip(table.column("doc_id").to_pylist(),
                                                   table.column("source_path").to_pylist()) if path in paths}
 
