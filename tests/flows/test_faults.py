@@ -275,3 +275,32 @@ def _state(pid: int) -> str:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
     except OSError:
         return "Z"
+
+
+TWO_WRITES = r"""
+import json, sys
+from kbflow import KnowledgeBase
+from kbflow.tasks import server
+
+kb = KnowledgeBase(data_dir=sys.argv[1])
+seen = []
+for number in range(2):
+    kb.add_text(f"sentence {number} about restoring backups", doc_id=f"d{number}")
+    seen.append({"url": server._server["url"], "pid": server._server["process"].pid})
+print(json.dumps(seen))
+"""
+
+
+def test_a_process_starts_one_temporary_server_for_all_its_flow_runs(tmp_path):
+    """A library caller with no server configured who asks for flow runs pays for the temporary server once, not
+    per write; nothing reaches its stderr (no fork of a process holding LanceDB's threads, whose warning would);
+    the server stops when the process exits."""
+    env = {**{k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}, "KBFLOW__FLOW__ORCHESTRATOR": "prefect"}
+    run = subprocess.run([sys.executable, "-c", TWO_WRITES, str(tmp_path / "data")], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    first, second = json.loads(run.stdout)
+    assert first == second  # the second write reused the first one's server
+    assert run.stderr == ""
+    assert not Path(f"/proc/{first['pid']}").exists() or _state(first["pid"]) == "Z"  # stopped at exit
+    assert len(LanceStore(tmp_path / "data" / "lancedb", "default", 384).rows().to_pylist()) == 2
