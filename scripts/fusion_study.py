@@ -105,6 +105,16 @@ def fuse(lists: dict[str, list], variant: str, param: float, depth: int) -> list
             low = min(scaled) if scaled else 0.0
             for (chunk, _d, _s), value in zip(hits, scaled):
                 scores[chunk] = scores.get(chunk, 0.0) + weight * (value - (low if floor is None else 0.0))
+    elif variant == "adaptive":  # min-max, each list's weight scaled per query by how far its top hit stands out
+        weights = {}
+        for name, hits, base in (("vector", vector, param), ("bm25", bm25, 1 - param)):
+            raw = [s for _c, _d, s in hits]
+            spread = statistics.pstdev(raw) if len(raw) > 1 else 0.0
+            weights[name] = base * (max(0.0, (raw[0] - statistics.fmean(raw)) / spread) if spread else 1.0)
+        total = sum(weights.values()) or 1.0
+        for name, hits in (("vector", vector), ("bm25", bm25)):
+            for (chunk, _d, _s), value in zip(hits, _min_max([s for _c, _d, s in hits])):
+                scores[chunk] = scores.get(chunk, 0.0) + weights[name] / total * value
     elif variant == "wrrf":  # weighted RRF, k = 60: the vector list counts `param`, BM25 1 - param
         for hits, weight in ((vector, param), (bm25, 1 - param)):
             for rank, (chunk, _d, _s) in enumerate(hits, 1):
@@ -140,7 +150,7 @@ def score(collected: dict, variant: str, param: float, depth: int) -> float:
 
 VARIANTS = [("vector", 0.0), ("bm25", 0.0)] + [("rrf", k) for k in (10, 30, 60, 100)] + \
     [("minmax", w / 10) for w in range(1, 10)] + [("zscore", w / 10) for w in range(1, 10)] + \
-    [("wrrf", w / 10) for w in range(1, 10)]
+    [("wrrf", w / 10) for w in range(1, 10)] + [("adaptive", w / 10) for w in range(1, 10)]
 
 
 def study(work: Path, out: Path, depth: int) -> dict:

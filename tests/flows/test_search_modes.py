@@ -70,13 +70,13 @@ def weighted_by_hand(scored: dict[str, list[tuple[str, float]]], weights: dict[s
 
 @pytest.mark.parametrize("fusion_kind", ["weighted", "rrf"])
 def test_hybrid_fuses_its_inputs(kb, fusion_kind):
-    """The default (weighted min-max, vector 0.3) and RRF (k=60), through the searcher as users call it; the
+    """The default (weighted min-max, vector 0.5) and RRF (k=60), through the searcher as users call it; the
     expected scores are computed here from the two input lists, with the formulas written out above."""
     query = "restore the server from backups"
     searcher = kb.searcher
     default = searcher.config
     settings = default.search
-    assert (settings.mode, settings.fusion, settings.vector_weight) == ("hybrid", "weighted", 0.3)
+    assert (settings.mode, settings.fusion, settings.vector_weight) == ("hybrid", "weighted", 0.5)
     assert (settings.rrf_k, settings.candidates) == (60, 50)
     searcher.config = default.model_copy(update={"search": settings.model_copy(update={"fusion": fusion_kind})})
     try:
@@ -90,7 +90,7 @@ def test_hybrid_fuses_its_inputs(kb, fusion_kind):
         by_hand = rrf_by_hand({"vector": [h.chunk_id for h in vector], "bm25": [h.chunk_id for h in bm25]}, k=60)
     else:
         by_hand = weighted_by_hand({"vector": [(h.chunk_id, h.score) for h in vector],
-                                    "bm25": [(h.chunk_id, h.score) for h in bm25]}, {"vector": 0.3, "bm25": 0.7})
+                                    "bm25": [(h.chunk_id, h.score) for h in bm25]}, {"vector": 0.5, "bm25": 0.5})
     assert len({h.chunk_id for h in hybrid}) == len(hybrid) == min(5, len(by_hand))
     for hit in hybrid:  # every returned hit carries the score its inputs give it
         assert hit.score == pytest.approx(by_hand[hit.chunk_id]), hit.chunk_id
