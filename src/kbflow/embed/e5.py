@@ -45,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kbflow.chunk.counters import FunctionTokenCounter
+from kbflow.chunk.counters import bisect_cut
 from kbflow.embed.base import BaseEmbedder, format_prefixes
 from kbflow.errors import ConfigError, EmbeddingError
 
@@ -228,15 +228,31 @@ class E5Tokenizer:
         return ids
 
 
-class _BatchCounter(FunctionTokenCounter):
-    """``FunctionTokenCounter`` that counts a list in one tokenizer call."""
+class _LazyCounter:
+    """The e5 token counter (a ``TokenCounter``: name, max_tokens, special_tokens, count, cut), whose tokenizer is
+    built on first use: only the name goes into the chunker fingerprint, so a run with nothing to chunk (a no-op)
+    never pays the ~1.5 s of building the tokenizer from the weights file."""
 
-    def __init__(self, name: str, max_tokens: int, special_tokens: int, count_many):
-        super().__init__(name, max_tokens, special_tokens, lambda text: count_many([text])[0])
-        self._count_many = count_many
+    def __init__(self, name: str, max_tokens: int, embedder: "E5SmallEmbedder"):
+        self.name, self.max_tokens, self._embedder = name, max_tokens, embedder
+
+    @property
+    def special_tokens(self) -> int:
+        self._embedder.tokenizer()
+        return self._embedder._overheads[False]
 
     def count(self, texts: list[str]) -> list[int]:
-        return self._count_many(list(texts)) if texts else []
+        if not texts:
+            return []
+        tokenizer, overhead = self._embedder.tokenizer(), self.special_tokens
+        # tokens of 'passage: ' + text beyond those of 'passage: ' alone; + special_tokens is the exact total
+        return [len(ids) + 2 - overhead for ids in tokenizer.encode([PASSAGE_PREFIX + t for t in texts])]
+
+    def count_one(self, text: str) -> int:
+        return self.count([text])[0]
+
+    def cut(self, text: str, max_tokens: int) -> int:
+        return bisect_cut(self.count_one, text, max_tokens)
 
 
 # --------------------------------------------------------------------------------------------------- engines
@@ -390,19 +406,12 @@ class E5SmallEmbedder(BaseEmbedder):
                 model.tensors.clear()  # the engine holds what it needs; the tokenizer keeps the rest
         return tokenizer, self._engine
 
-    def token_counter(self) -> FunctionTokenCounter:
+    def token_counter(self) -> _LazyCounter:
         if self._counter is None:
-            tokenizer = self.tokenizer()
-            overhead = self._overheads[False]
-
-            def count_many(texts: list[str]) -> list[int]:
-                # tokens of 'passage: ' + text beyond those of 'passage: ' alone; + special_tokens is the exact total
-                return [len(ids) + 2 - overhead for ids in tokenizer.encode([PASSAGE_PREFIX + t for t in texts])]
-
             from tokenizers import __version__ as tokenizers_version
 
-            self._counter = _BatchCounter(f"e5small-sp@{PACKAGE}=={version(PACKAGE)}+tokenizers=={tokenizers_version}",
-                                          self.max_tokens, overhead, count_many)
+            self._counter = _LazyCounter(f"e5small-sp@{PACKAGE}=={version(PACKAGE)}+tokenizers=={tokenizers_version}",
+                                         self.max_tokens, self)
         return self._counter
 
     def query_extra_tokens(self) -> int:
