@@ -38,3 +38,20 @@ def test_no_undefined_or_unused_names():
              *(REPO / "tests").rglob("*.py"), *(REPO / "scripts").glob("*.py")]
     problems = sum(checkPath(str(path), Reporter(out, out)) for path in files)
     assert problems == 0, out.getvalue()
+
+
+def test_the_engine_and_its_stages_never_import_prefect():
+    """Prefect is the orchestration layer (kbflow.flows, kbflow.tasks, and api's choice of how to run): nothing the
+    engine or a stage is made of imports it, so the engine runs without it."""
+    import ast
+
+    package = REPO / "src" / "kbflow"
+    offenders = []
+    for path in sorted(package.rglob("*.py")):
+        if path.relative_to(package).parts[0] == "api.py":
+            continue  # the entry point that picks a flow run or the engine
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            offenders += [f"{path.relative_to(REPO)}: {name}" for name in names if name.split(".")[0] == "prefect"]
+    assert len(list(package.rglob("*.py"))) > 40 and offenders == []
