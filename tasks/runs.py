@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import socket
 import threading
@@ -90,8 +91,10 @@ def _renew_until(stop: threading.Event, lease_id: str) -> None:
         while not stop.wait(LEASE_S / 3):
             try:
                 client.renew_concurrency_lease(lease_id, lease_duration=LEASE_S)
-            except Exception:  # a blip: the next renewal, well inside the lease, tries again
-                continue
+            except Exception as exc:  # a blip: the next renewal, well inside the lease, tries again; said, not hidden
+                logging.getLogger("kbflow.engine").warning(
+                    "could not renew the namespace's queue slot (lease %s): %s; if this goes on past %g s another "
+                    "run of the namespace may start and will then wait on the namespace lock", lease_id, exc, LEASE_S)
 
 
 @contextmanager

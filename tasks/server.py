@@ -32,7 +32,7 @@ PR_SET_PDEATHSIG = 1
 # the server's launcher: die with the parent (checked after the call, in case the parent died first), then exec
 LAUNCHER = (
     "import ctypes, os, signal, sys\n"
-    "ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGKILL)\n"
+    f"ctypes.CDLL('libc.so.6', use_errno=True).prctl({PR_SET_PDEATHSIG}, signal.SIGKILL)\n"
     "os.getppid() == int(sys.argv[1]) or os._exit(1)\n"
     "os.execv(sys.executable, [sys.executable, '-m', 'prefect', *sys.argv[2:]])\n"
 )
