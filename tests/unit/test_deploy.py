@@ -192,3 +192,34 @@ def test_prefect_yaml_is_the_served_set_for_the_default_config(monkeypatch):
     assert [(d["name"], d["parameters"]) for d in listed] == [(d.name, d.parameters) for d in served]
     assert [[s["cron"] for s in d.get("schedules", [])] for d in listed] == \
         [[s.schedule.cron for s in d.schedules or []] for d in served]
+
+
+def test_served_run_forms_offer_the_config_names_found_and_default_to_the_served_one(tmp_path, monkeypatch):
+    """`kbflow serve --config nightly`: every Run form's config field is a drop-down of the configs folder's names
+    (or a YAML file), starting on 'nightly'; the server refuses a name that is not there before a run exists."""
+    from prefect.utilities.schema_tools import ValidationError as SchemaError
+    from prefect.utilities.schema_tools import validate
+
+    from kbflow.flows.deployments import build_deployments
+
+    (tmp_path / "nightly.yaml").write_text("namespace: n1\n")
+    (tmp_path / "zh.yaml").write_text("namespace: zh\n")
+    (tmp_path / "notes.txt").write_text("not a config")
+    monkeypatch.setenv("KBFLOW_CONFIGS_DIR", str(tmp_path))
+    served = {d.name: d._parameter_openapi_schema.model_dump()
+              for d in build_deployments(load_named_config("nightly"), "nightly")}
+    assert {"on-demand", "backfill", "reembed"} < set(served)  # and the nightly ones
+    for name, schema in served.items():
+        field = _fields(schema)["config" if name != "reembed" else "config_path"]
+        names, yaml_file = field["anyOf"]
+        assert names["enum"] == ["default", "nightly", "zh"] and names["title"] == "Config name"
+        assert yaml_file["title"] == "YAML file" and field["default"] == "nightly" and field["description"]
+    ingest, reembed = served["on-demand"], served["reembed"]
+    assert ingest["properties"]["request"]["default"]["config"] == "nightly"
+    validate({"request": {"config": "zh"}}, ingest, raise_on_error=True)
+    validate({"request": {"config": "/etc/kb/other.yml"}}, ingest, raise_on_error=True)
+    validate({"namespace": "docs", "model": "usem3", "config_path": "nightly"}, reembed, raise_on_error=True)
+    for params, schema in (({"request": {"config": "nightlly"}}, ingest),
+                           ({"namespace": "docs", "model": "usem3", "config_path": "notes"}, reembed)):
+        with pytest.raises(SchemaError):
+            validate(params, schema, raise_on_error=True)
