@@ -55,8 +55,11 @@ def ingest(
     allow_mass_delete: bool = False,
     texts: list[dict] | None = None,
     config: KbConfig | None = None,
+    add_only: bool = False,
 ) -> dict:
     """Ingest files and folders (and/or literal texts) into a namespace; returns the run summary. The config is
-    ``config`` (an object) or the YAML file ``config_path`` (or the defaults)."""
+    ``config`` (an object) or the YAML file ``config_path`` (or the defaults). The sources are the namespace's
+    whole set of files (stored files no longer among them are removed) unless ``add_only``."""
     settings = flow_config(config, config_path, data_dir)
-    return run_ingest(settings, IngestJob(sources, namespace, texts or [], dry_run, force, allow_mass_delete))
+    return run_ingest(settings, IngestJob(sources, namespace, texts or [], dry_run, force, allow_mass_delete,
+                                                add_only))

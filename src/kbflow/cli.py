@@ -269,6 +269,19 @@ def add_text(text: str = typer.Argument(..., help="The text to add (Markdown is 
     _finish_run(summary, as_json)
 
 
+@app.command("add-document")
+def add_document(path: Path = typer.Argument(..., help="A file, or a folder whose files to add."),
+                 namespace: Optional[str] = NamespaceOpt, config: Optional[Path] = ConfigOpt,
+                 data_dir: Optional[Path] = DataDirOpt, as_json: bool = JsonOpt) -> None:
+    """Add or update a file (or a folder's files), leaving the namespace's other documents alone; `ingest` instead
+    makes the namespace hold exactly its sources."""
+    try:
+        summary = api.add_document(path, namespace, config, data_dir)
+    except KbflowError as exc:
+        _fail(exc, as_json)
+    _finish_run(summary, as_json)
+
+
 @app.command()
 def clear(namespace: str = typer.Option(..., "--namespace", "-n", help="The namespace to empty (required)."),
           yes: bool = typer.Option(False, "--yes", help="Confirm: delete every chunk of this namespace."),

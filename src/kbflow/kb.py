@@ -38,8 +38,9 @@ class KnowledgeBase:
         return self._written(api.add_text(text, doc_id, self.namespace, self.config))
 
     def add_document(self, path: str | Path) -> dict:
-        """Ingest a file or folder (changed files only); returns the run summary."""
-        return self._written(api.ingest([str(path)], self.namespace, self.config))
+        """Add (or update) a file or a folder's files, leaving the namespace's other documents as they are;
+        returns the run summary."""
+        return self._written(api.add_document(path, self.namespace, self.config))
 
     def search(self, query: str, limit: int | None = None, mode: str | None = None, min_score: float | None = None,
                source_glob: str | None = None, heading_prefix: list[str] | None = None,

@@ -89,6 +89,31 @@ def test_deletion_guard_stops_mass_delete(docs_dir, tmp_path, counting):
     assert summary["documents"]["removed"] == 2
 
 
+def test_add_document_adds_one_file_and_leaves_the_others(docs_dir, tmp_path, counting):
+    """An agent adding a file (KnowledgeBase.add_document, the MCP tool, `kbflow add-document`) must not make the
+    namespace hold only that file: `ingest` of the same path would remove the other documents (here it is stopped
+    by the deletion guard, 3 of 5)."""
+    data = tmp_path / "data"
+    run(docs_dir, data)
+    before = snapshot(data)
+    extra = tmp_path / "inbox" / "tea.md"
+    extra.parent.mkdir()
+    extra.write_text("# Tea\n\nGreen tea is brewed with water at 80 degrees for two minutes.\n")
+    summary = api.add_document(extra, data_dir=data)
+    assert summary["documents"] == {"new": 1, "changed": 0, "unchanged": 0, "removed": 0, "failed": 0}
+    rows, manifest = snapshot(data)
+    assert {m["source_path"] for m in manifest} == {m["source_path"] for m in before[1]} | {"tea.md"}
+    assert [row for row in rows if row["source_path"] != "tea.md"] == before[0]
+
+    extra.write_text("# Tea\n\nGreen tea is brewed with water at 70 degrees for two minutes.\n")
+    assert api.add_document(extra, data_dir=data)["documents"]["changed"] == 1
+    assert any("70 degrees" in row["text"] for row in store_of(data).rows().to_pylist())
+    with pytest.raises(DeletionGuardError):  # ingest: the namespace is exactly its sources
+        api.ingest([str(extra)], data_dir=data)
+    with pytest.raises(Exception, match="does not exist"):
+        api.add_document(tmp_path / "missing.md", data_dir=data)
+
+
 def test_renaming_a_file_reuses_its_vectors(docs_dir, tmp_path, counting):
     data = tmp_path / "data"
     run(docs_dir, data)

@@ -62,6 +62,9 @@ class IngestJob:
     dry_run: bool = False
     force: bool = False
     allow_mass_delete: bool = False
+    # add these files (new or changed) and leave the namespace's other documents alone; without it the sources
+    # are the namespace's whole set of files, and stored files no longer among them are removed
+    add_only: bool = False
 
 
 @dataclass
@@ -133,7 +136,7 @@ def _ingest(config: KbConfig, job: IngestJob, runner: StageRunner, run_id: str) 
                        "store": {"count": 0, "indexes": {}}, "failures": []})
     run.embedding_counts_at_start = _embedding_counts(embedder)
     if job.dry_run:
-        plan = _plan(run, sources, texts)
+        plan = _plan(run, sources, texts, job.add_only)
         run.summary["plan"] = plan.table().to_pylist()
         if state.meta() is not None:  # what the namespace holds now; nothing is created by a dry run
             run.summary["store"]["count"] = open_store(config, state.store_namespace(), embedder.dimension).count()
@@ -142,7 +145,7 @@ def _ingest(config: KbConfig, job: IngestJob, runner: StageRunner, run_id: str) 
     # a data dir that cannot be written (permissions, read-only or full disk) is one clear error, naming the path
     with store_errors(f"ingesting into data dir {str(data_dir)!r}"), NamespaceLock(state.root, namespace):
         # one writer per namespace; the plan is made under the lock
-        plan = _plan(run, sources, texts)
+        plan = _plan(run, sources, texts, job.add_only)
         check_deletion_guard(plan, len(state.read_manifest()), config.flow.max_delete_fraction, job.allow_mass_delete)
         for folder in (state.root, data_dir / "runs" / namespace):  # leftovers of a killed run
             clean_temporaries(folder)
@@ -172,7 +175,7 @@ def _ingest(config: KbConfig, job: IngestJob, runner: StageRunner, run_id: str) 
     return summary
 
 
-def _plan(run: Run, sources: list[str] | None, texts: list[dict]) -> Plan:
+def _plan(run: Run, sources: list[str] | None, texts: list[dict], add_only: bool = False) -> Plan:
     started = time.perf_counter()
     config = run.config
     limits = ArchiveLimits(int(config.convert.zip_max_total_mb * 1e6), config.convert.zip_max_members)
@@ -180,8 +183,8 @@ def _plan(run: Run, sources: list[str] | None, texts: list[dict]) -> Plan:
     scanned = scan(sources, run.namespace, config.convert.include, config.convert.exclude, limits,
                    unreadable) if sources else []
     manifest = run.state.read_manifest()
-    files = make_plan(scanned, manifest, run.fingerprints, force=run.force, track_removals=bool(sources),
-                      unreadable_folders=unreadable)
+    files = make_plan(scanned, manifest, run.fingerprints, force=run.force,
+                      track_removals=bool(sources) and not add_only, unreadable_folders=unreadable)
     stored_paths = manifest.column("source_path").to_pylist()
     for folder in unreadable:  # out of sight is not deleted: its stored documents stay as they are
         kept = sum(1 for path in stored_paths if folder.holds(path))
