@@ -23,7 +23,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table  # noqa: E402
 
 from kbflow import api, progress  # noqa: E402
-from kbflow.errors import KbflowError  # noqa: E402
+from kbflow.config import check_namespace  # noqa: E402
+from kbflow.errors import ConfigError, KbflowError  # noqa: E402
 
 HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
 app = typer.Typer(help="kbflow: turn document folders into an incremental, searchable knowledge base.",
@@ -597,6 +598,30 @@ def serve(
     except KbflowError as exc:
         _fail(exc)
     deployments_module.serve_all(deployments, limit)
+
+
+@app.command()
+def mcp(
+    namespaces: list[str] = typer.Option([], "--namespace", "-n", help="A namespace to serve (repeatable; the first "
+                                         "is the tools' default). None given: every namespace of the data dir, the "
+                                         "config's as default, and writes may create new ones."),
+    config: Optional[Path] = ConfigOpt, data_dir: Optional[Path] = DataDirOpt,
+    http: Optional[str] = typer.Option(None, "--http", metavar="HOST:PORT", help="Serve streamable HTTP at "
+                                       "http://HOST:PORT/mcp instead of stdio."),
+    read_only: bool = typer.Option(False, "--read-only", help="Offer search, ask, stats and list_namespaces only."),
+) -> None:
+    """Serve namespaces as MCP tools for agents (search, ask, add_text, add_document, stats, list_namespaces);
+    stdio by default. See docs/agents.md."""
+    try:
+        cfg = api._config(config, data_dir)
+        for name in namespaces:
+            check_namespace(name)
+        if http is not None and not http.rpartition(":")[2].isdigit():
+            raise ConfigError(f"--http {http!r}: pass HOST:PORT, e.g. 127.0.0.1:8765")
+        from kbflow import mcp_server
+    except KbflowError as exc:
+        _fail(exc)
+    mcp_server.serve(cfg, namespaces, read_only, http)
 
 
 @app.command()

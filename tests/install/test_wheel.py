@@ -45,10 +45,11 @@ def installed(tmp_path_factory) -> Path:
     return venv / "bin"
 
 
-def run(bin_dir: Path, cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+def run(bin_dir: Path, cwd: Path, *args: str, check: bool = True, stdin: str | None = None
+        ) -> subprocess.CompletedProcess:
     env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "PREFECT_API_URL")}
     result = subprocess.run([str(bin_dir / "kbflow"), *args], cwd=cwd, env=env, capture_output=True, text=True,
-                            timeout=600)
+                            timeout=600, input=stdin)
     if check:
         assert result.returncode == 0, result.stdout + result.stderr
     return result
@@ -84,6 +85,10 @@ def test_every_command_works_from_a_folder_outside_the_checkout(installed, tmp_p
     assert added["documents"]["new"] == 1
     stats = json.loads(run(installed, work, "stats", "--json").stdout)
     assert stats["documents"] == 5 and stats["chunks"] > 0
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}}
+    reply = json.loads(run(installed, work, "mcp", stdin=json.dumps(hello) + "\n").stdout.splitlines()[0])
+    assert reply["result"]["serverInfo"]["name"] == "kbflow"  # the MCP server answers from the installed wheel
     listed = run(installed, work, "serve", "--list").stdout
     assert "kbflow-ingest-request/on-demand" in listed and "kbflow-reembed/reembed" in listed
     scores = json.loads(run(installed, work, "eval", "--beir", "beir-mini", "--json").stdout)

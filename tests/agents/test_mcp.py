@@ -1,0 +1,149 @@
+"""`kbflow mcp` as a real subprocess, driven by the MCP client SDK over stdio and streamable HTTP: the tools an agent
+sees, writes through the engine, reads while a write runs, and errors as tool errors."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import anyio
+import yaml
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+from tests.conftest import CASES
+
+KBFLOW = str(Path(sys.executable).with_name("kbflow"))
+TOOLS = {"search", "ask", "add_text", "add_document", "stats", "list_namespaces"}
+
+
+def _config(tmp_path: Path) -> Path:
+    config = tmp_path / "kb.yaml"  # the suite's model (MiniLM): a new namespace would otherwise get e5
+    config.write_text(yaml.safe_dump({"data_dir": str(tmp_path / "data"), "embedder": {"backend": "local"}}))
+    return config
+
+
+def _env(**extra: str) -> dict:
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("PREFECT_API", "KBFLOW_FAIL"))}
+    return {**env, **extra}  # no Prefect server: writes run the engine in the server's process
+
+
+def _data(result) -> object:
+    assert not result.is_error, result.content
+    return json.loads(result.content[0].text) if len(result.content) == 1 else \
+        [json.loads(item.text) for item in result.content]
+
+
+def test_stdio_tools_write_search_and_answer_reads_while_a_write_runs(tmp_path):
+    marker = tmp_path / "paused"
+    docs = tmp_path / "docs"
+    shutil.copytree(CASES / "docs", docs)
+    server = StdioServerParameters(
+        command=KBFLOW, args=["mcp", "--config", str(_config(tmp_path))], cwd=str(tmp_path),
+        # the second store write (add_document's) stops until the test removes the marker
+        env=_env(KBFLOW_FAILPOINTS="upsert.after_store=2:pause(120)", KBFLOW_FAILPOINTS_MARKER=str(marker)))
+
+    async def session() -> None:
+        async with Client(server, read_timeout_seconds=300) as client:
+            tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+            assert set(tools) == TOOLS
+            assert all(tool.description and len(tool.description) > 40 for tool in tools.values())
+            assert tools["search"].input_schema["properties"]["limit"]["maximum"] == 50
+            assert tools["search"].annotations.read_only_hint and not tools["add_text"].annotations.read_only_hint
+
+            missing = await client.call_tool("search", {"query": "tea"})
+            assert missing.is_error and "does not exist" in missing.content[0].text  # names the fix, no crash
+
+            added = _data(await client.call_tool("add_text", {"text": "Green tea is brewed at 80 degrees.",
+                                                              "doc_id": "tea"}))
+            assert added["documents"]["new"] == 1 and added["failures"] == []
+            hits = _data(await client.call_tool("search", {"query": "how hot should water for tea be", "limit": 3}))
+            hits = hits if isinstance(hits, list) else [hits]
+            assert hits[0]["source_path"] == "text:tea" and "80 degrees" in hits[0]["text"]
+
+            async with anyio.create_task_group() as group:
+                done = {}
+
+                async def add() -> None:
+                    done["add"] = _data(await client.call_tool("add_document", {"path": str(docs)}))
+
+                group.start_soon(add)
+                with anyio.fail_after(240):
+                    while not marker.exists():
+                        await anyio.sleep(0.2)
+                # the write stands inside its store write: reads are still answered
+                stats = _data(await client.call_tool("stats", {}))
+                assert stats["documents"] == 1 and "add" not in done
+                listed = _data(await client.call_tool("list_namespaces", {}))
+                assert (listed if isinstance(listed, list) else [listed])[0]["namespace"] == "default"
+                marker.unlink()
+            assert done["add"]["documents"]["new"] == 4
+
+            hits = _data(await client.call_tool("search", {"query": "restore a backup", "mode": "hybrid",
+                                                           "source_glob": "docs/*"}))
+            assert (hits if isinstance(hits, list) else [hits])[0]["source_path"] == "docs/backups.md"
+            inline = _data(await client.call_tool("add_document", {
+                "filename": "coffee.md", "content_base64": base64.b64encode(b"# Coffee\n\nBrew at 93 C.\n").decode()}))
+            assert inline["documents"]["new"] == 1
+            assert _data(await client.call_tool("stats", {}))["documents"] == 6  # nothing removed by the adds
+
+            for name, arguments, expected in (
+                    ("search", {"query": "tea", "limit": 0}, "limit"),            # schema: 1..50
+                    ("search", {"query": "tea", "namespace": "../etc"}, "namespace"),
+                    ("add_document", {"path": str(tmp_path / "nope.md")}, "does not exist"),
+                    ("add_document", {"filename": "../x.md", "content": "x"}, "plain file name"),
+                    ("add_document", {}, "either path"),
+                    ("ask", {"question": "how hot is tea brewed?"}, "LLM")):
+                result = await client.call_tool(name, arguments)
+                assert result.is_error and expected.lower() in result.content[0].text.lower(), (name, result.content)
+            assert _data(await client.call_tool("stats", {}))["documents"] == 6  # and the server is still up
+
+    anyio.run(session)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_streamable_http_read_only_server_offers_only_reads(tmp_path):
+    data = tmp_path / "data"
+    config = _config(tmp_path)
+    subprocess.run([KBFLOW, "add-text", "Zebrafish regrow their fins.", "--doc-id", "fish", "--namespace", "notes",
+                    "--config", str(config)], check=True, env=_env(), capture_output=True, timeout=600)
+    port = _free_port()
+    process = subprocess.Popen([KBFLOW, "mcp", "--config", str(config), "--namespace", "notes", "--read-only",
+                                "--http", f"127.0.0.1:{port}"], env=_env(), stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert process.poll() is None and time.monotonic() < deadline, process.stdout.read()
+                time.sleep(0.3)
+
+        async def session() -> None:
+            async with Client(f"http://127.0.0.1:{port}/mcp", read_timeout_seconds=300) as client:
+                tools = {tool.name for tool in (await client.list_tools()).tools}
+                assert tools == {"search", "ask", "stats", "list_namespaces"}
+                hits = _data(await client.call_tool("search", {"query": "which animal grows back its fins"}))
+                assert (hits if isinstance(hits, list) else [hits])[0]["source_path"] == "text:fish"
+                other = await client.call_tool("stats", {"namespace": "default"})
+                assert other.is_error and "not served" in other.content[0].text
+
+        anyio.run(session)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    assert data.is_dir()
