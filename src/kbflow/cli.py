@@ -541,6 +541,25 @@ def convert_files(
         raise typer.Exit(1)
 
 
+@bench_app.command("speech")
+def bench_speech(
+    audio: Path = typer.Option(..., "--audio", help="Folder of recordings with a transcripts.txt of 'stem: text' "
+                               "lines (e.g. the shared corpus's mixed/audio)."),
+    backends: list[str] = typer.Option(["whisper", "pocketsphinx"], "--backend", help="Offline backend to "
+                                       "compare (repeatable)."),
+    out_file: Path = typer.Option(Path("bench-results/speech.json"), "--out", help="Where the JSON goes; the PNG "
+                                  "plot goes beside it."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Word (or, for Chinese, character) error rate and seconds per minute of audio of each offline speech backend."""
+    from kbflow.bench.speech import bench_speech as run_bench
+
+    _run_bench(lambda: run_bench(audio, out_file, backends), as_json,
+               lambda result: out.print_json(json.dumps({name: {key: run[key] for key in run if key != "files"}
+                                                         for name, run in result["backends"].items()})),
+               out_file)
+
+
 @bench_app.command("convert")
 def bench_convert(
     corpus: Path = typer.Option(..., "--corpus", help="Folder of documents of many formats (e.g. shared corpora mixed/)."),

@@ -37,9 +37,15 @@ class ConvertConfig(_Section):
     ocr: bool = Field(True, description="OCR images and PDF pages without a text layer (offline, English + Chinese).")
     ocr_max_side: int = Field(2000, ge=320, le=8000, description="Longest image side, in pixels, given to OCR; larger images are scaled down.")
     ocr_pdf_dpi: int = Field(200, ge=72, le=600, description="Resolution at which a PDF page without text is rendered for OCR.")
-    audio_backend: Literal["auto", "pocketsphinx", "dashscope"] = Field(
-        "auto", description="Speech recognition: 'pocketsphinx' (offline, English), 'dashscope' (needs the key), "
-        "'auto' = DashScope when its API key variable is set, else PocketSphinx.")
+    audio_backend: Literal["auto", "whisper", "pocketsphinx", "dashscope"] = Field(
+        "auto", description="Speech recognition: 'whisper' (offline, multilingual, faster-whisper), 'pocketsphinx' "
+        "(offline, English only, rough), 'dashscope' (needs the key), 'auto' = DashScope when its API key variable "
+        "is set, else Whisper.")
+    whisper_model_dir: str | None = Field(
+        None, description="A CTranslate2 Whisper model folder (model.bin, config.json, tokenizer.json, "
+        "vocabulary.txt) for the whisper backend. Empty: the packaged Whisper base (multilingual, MIT).")
+    whisper_language: str | None = Field(
+        None, description="Whisper language code of the recordings ('en', 'zh', ...). Empty: detected per file.")
     dashscope_api_key_env: str = Field("DASHSCOPE_API_KEY", description="Name of the environment variable holding the DashScope API key.")
     dashscope_base_url: str | None = Field(
         None, description="DashScope API base for speech recognition (https://dashscope-intl.aliyuncs.com outside "

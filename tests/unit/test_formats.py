@@ -43,16 +43,18 @@ def test_every_file_of_the_real_set_converts_with_its_content():
     assert rows["pg-mvcc-intro.docx"]["encoding"] is None
     paths = {name: row["converter"].rsplit(":", 1)[1] for name, row in rows.items()}
     assert paths["crazyones.pdf"] == "pdf-pdfium"  # a page with a text layer is not OCR'd
-    assert paths["conf-onlyperson.wav"] == "audio-pocketsphinx"
+    assert paths["conf-onlyperson.wav"] == "audio-whisper"  # auto without a DashScope key
 
 
-def test_speech_is_transcribed_offline_with_a_bounded_word_error_rate():
+@pytest.mark.parametrize("backend, bound", [("whisper", 0.1), ("pocketsphinx", 0.6)])
+def test_speech_is_transcribed_offline_with_a_bounded_word_error_rate(backend, bound):
     reference = (FORMATS / "conf-onlyperson.txt").read_text().split(":", 1)[1]
-    transcript = converted("conf-onlyperson.wav").markdown
-    error_rate = wer(reference, transcript)
-    print(f"conf-onlyperson.wav WER {error_rate:.2f}: {transcript.strip()!r}")
-    assert error_rate <= 0.6
-    assert "currently the only person" in transcript
+    result = converted("conf-onlyperson.wav", audio_backend=backend)
+    error_rate = wer(reference, result.markdown)
+    print(f"conf-onlyperson.wav {backend} WER {error_rate:.2f}: {result.markdown.strip()!r}")
+    assert result.converter.endswith(f":audio-{backend}")
+    assert error_rate <= bound
+    assert "currently the only person" in result.markdown
 
 
 def _linn_top(fraction: float) -> bytes:

@@ -21,7 +21,7 @@ import pyarrow as pa
 from kbflow.convert.archive import ZIP_SUFFIXES, ArchiveLimits, open_archive, read_member
 from kbflow.config import ConvertConfig
 from kbflow.errors import ConversionError
-from kbflow.convert.formats.audio import AUDIO_SUFFIXES, audio_fingerprint, resolve_backend, transcribe
+from kbflow.convert.formats.audio import AUDIO_SUFFIXES, audio_fingerprint, transcribe
 from kbflow.convert.formats.html import HTML_SUFFIXES, convert_html
 from kbflow.convert.formats.ocr import IMAGE_SUFFIXES, image_array, ocr_fingerprint, ocr_text
 from kbflow.convert.formats.pdf import convert_pdf
@@ -44,11 +44,10 @@ def converter_fingerprint(options: ConvertConfig | None = None) -> str:
     """Name, version and options of every converter: part of every cache key, so an upgrade or an option change
     re-converts."""
     options = options or ConvertConfig()
-    backend = resolve_backend(options.audio_backend, options.dashscope_api_key_env)
     output_options = (f"pdf={options.pdf_engine},ocr={options.ocr}/{options.ocr_pdf_dpi}dpi,"
                       f"line<={options.max_line_chars},depth<={options.html_max_depth}")
     return (f"kbflow-convert-v{CONVERT_VERSION}+markitdown@{version('markitdown')}+pypdfium2@{version('pypdfium2')}"
-            f"+{ocr_fingerprint(options.ocr_max_side)}+{audio_fingerprint(backend, options.dashscope_asr_model)}"
+            f"+{ocr_fingerprint(options.ocr_max_side)}+{audio_fingerprint(options)}"
             f"+[{output_options}]")
 
 
@@ -63,8 +62,7 @@ def format_fingerprint(options: ConvertConfig, name: str) -> str:
     if suffix in IMAGE_SUFFIXES:
         return f"{base}+{ocr_fingerprint(options.ocr_max_side)}"
     if suffix in AUDIO_SUFFIXES:
-        backend = resolve_backend(options.audio_backend, options.dashscope_api_key_env)
-        return f"{base}+{audio_fingerprint(backend, options.dashscope_asr_model)}"
+        return f"{base}+{audio_fingerprint(options)}"
     if suffix in HTML_SUFFIXES:
         return f"{base}+markitdown@{version('markitdown')}+depth<={options.html_max_depth}"
     if suffix in MARKITDOWN_FORMATS or suffix == ".pdf":
