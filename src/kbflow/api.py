@@ -140,11 +140,13 @@ def search(query: str, namespace: str | None = None, limit: int | None = None, m
 
 def ask(question: str, namespace: str | None = None, config: KbConfig | str | Path | None = None,
         data_dir: str | Path | None = None, mode: str | None = None, where: SearchFilter | None = None,
-        expand: str | None = None) -> dict:
-    """An answer grounded in retrieved chunks with numbered citations, through the configured chat model."""
+        expand: str | None = None, on_token=None) -> dict:
+    """An answer grounded in retrieved chunks with numbered citations, through the configured chat model;
+    ``on_token`` receives the answer as it is written (piece by piece from a local model)."""
     from kbflow.search.ask import ask as ask_question
 
-    return ask_question(Searcher(_config(config, data_dir), namespace), question, mode, where, expand)
+    return ask_question(Searcher(_config(config, data_dir), namespace), question, mode, where, expand,
+                        on_token=on_token)
 
 
 def stats(namespace: str | None = None, config: KbConfig | str | Path | None = None,

@@ -183,12 +183,20 @@ def ask(
     data_dir: Optional[Path] = DataDirOpt,
     as_json: bool = JsonOpt,
 ) -> None:
-    """Answer QUESTION from retrieved chunks with numbered citations, through an OpenAI-compatible chat model.
+    """Answer QUESTION from retrieved chunks with numbered citations, through the configured chat model.
 
-    The endpoint and key come from the environment variables named by search.llm (OPENAI_BASE_URL, OPENAI_API_KEY)."""
+    search.llm.kind openai (default): an OpenAI-compatible endpoint whose URL and key come from the environment
+    variables named by search.llm (OPENAI_BASE_URL, OPENAI_API_KEY); kind local: a GGUF model run in this process
+    (search.llm.model_path), its answer streamed as it is written."""
+    def show(piece: str) -> None:
+        out.print(piece, end="", highlight=False, markup=False, soft_wrap=True)
+
     try:
-        result = api.ask(question, namespace, config, data_dir, mode, _filter(source, None, None), expand)
+        result = api.ask(question, namespace, config, data_dir, mode, _filter(source, None, None), expand,
+                         on_token=None if as_json else show)
     except KbflowError as exc:
+        if not as_json:
+            out.print()
         _fail(exc, as_json)
     if as_json:
         _print_json(result)
@@ -196,7 +204,7 @@ def ask(
     if result["answer"] is None:
         out.print(result["message"])
         return
-    out.print(result["answer"], highlight=False, markup=False)
+    out.print()
     out.rule("sources", align="left")
     for source_row in result["sources"]:
         heading_text = " > ".join(source_row["heading_path"])
@@ -204,6 +212,9 @@ def ask(
                   highlight=False, markup=False)
     if result["unknown_citations"]:
         err.print(f"warning: the answer cites sources that do not exist: {result['unknown_citations']}")
+    if result["sources_left_out"]:
+        err.print(f"note: {result['sources_left_out']} retrieved source(s) did not fit the model's window "
+                  "(search.llm.context_tokens) and were not given to it")
 
 
 @app.command()
@@ -539,6 +550,31 @@ def convert_files(
         out.print(f"{result['converted']} of {result['files']} files converted into {out_dir}")
     if result["failed"]:
         raise typer.Exit(1)
+
+
+@bench_app.command("llm")
+def bench_llm(
+    models: list[Path] = typer.Option(..., "--model", help="A GGUF chat model file (repeatable: compared in one run)."),
+    corpus: Path = typer.Option(Path("data/sample"), "--corpus", help="Files to ingest and ask about."),
+    questions: list[str] = typer.Option([], "--question", help="A question the corpus answers (repeatable; "
+                                        "default: three about data/sample)."),
+    unanswerable: list[str] = typer.Option([], "--unanswerable", help="A question the corpus does not answer "
+                                           "(repeatable): the answer should say so."),
+    threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads (default: every core)."),
+    out_file: Path = typer.Option(Path("bench-results/llm.json"), "--out", help="Where the JSON goes; the PNG "
+                                  "plot goes beside it."),
+    config: Optional[Path] = ConfigOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """Local chat models answering kbflow ask: prompt and generation tokens/s, answers, citations, "I don't know"."""
+    from kbflow.bench.llm import bench_llm as run_bench
+    from kbflow.config import load_config
+
+    _run_bench(lambda: run_bench(corpus, models, out_file, load_config(config), questions or None,
+                                 unanswerable or None, threads), as_json,
+               lambda result: out.print_json(json.dumps({name: {key: run[key] for key in run if key != "runs"}
+                                                         for name, run in result["models"].items()})),
+               out_file)
 
 
 @bench_app.command("speech")

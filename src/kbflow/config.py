@@ -212,11 +212,18 @@ class RerankConfig(_Section):
 
 
 class LlmConfig(_Section):
+    kind: Literal["openai", "local"] = Field(
+        "openai", description="'openai': an OpenAI-compatible endpoint from base_url_env / api_key_env (OpenAI, "
+        "DashScope, vLLM, Ollama...); 'local': a GGUF chat model run in this process by llama.cpp (model_path).")
+    model_path: str | None = Field(None, description="kind local: the GGUF chat model file.")
+    context_tokens: int = Field(4096, ge=512, le=131072, description="kind local: the model's context window "
+                                "used, in tokens; ask packs sources into it, leaving max_tokens for the answer.")
+    threads: int | None = Field(None, ge=1, le=256, description="kind local: CPU threads. Empty: every core.")
     base_url_env: str = Field(
         "OPENAI_BASE_URL", description="Environment variable holding the OpenAI-compatible base URL (…/v1). "
         "For DashScope use its compatible mode: https://dashscope.aliyuncs.com/compatible-mode/v1.")
     api_key_env: str = Field("OPENAI_API_KEY", description="Environment variable holding the API key (never the key).")
-    model: str = Field("gpt-4o-mini", description="Chat model name sent to /chat/completions (e.g. qwen-plus on DashScope).")
+    model: str = Field("gpt-4o-mini", description="kind openai: chat model name sent to /chat/completions (e.g. qwen-plus on DashScope).")
     temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature of answers and expansions.")
     max_tokens: int = Field(800, ge=16, description="Most tokens of one completion.")
     timeout_s: float = Field(60.0, gt=0, description="Per-request time limit.")

@@ -49,9 +49,10 @@ class KnowledgeBase:
         return self.searcher.search(query, mode, limit, min_score, where, expand)
 
     def ask(self, question: str, mode: str | None = None, expand: str | None = None,
-            source_glob: str | None = None) -> dict:
-        """An answer with numbered citations, from the configured chat model (see ``search.llm``)."""
-        return ask_question(self.searcher, question, mode, SearchFilter(source_glob), expand)
+            source_glob: str | None = None, on_token=None) -> dict:
+        """An answer with numbered citations, from the configured chat model (see ``search.llm``); ``on_token``
+        receives it as it is written."""
+        return ask_question(self.searcher, question, mode, SearchFilter(source_glob), expand, on_token=on_token)
 
     def stats(self) -> dict:
         return api.stats(self.namespace, self.config)

@@ -24,13 +24,15 @@ class ChatClient:
             raise LlmNotConfigured(
                 f"no LLM configured: set {' and '.join(missing)} (an OpenAI-compatible base URL ending in /v1, and "
                 "its API key; for DashScope https://dashscope.aliyuncs.com/compatible-mode/v1 with your "
-                "DASHSCOPE key), or point search.llm.base_url_env / api_key_env at the variables you use")
+                "DASHSCOPE key), or point search.llm.base_url_env / api_key_env at the variables you use; or run a "
+                "GGUF model in this process: search.llm.kind: local with search.llm.model_path")
         self.config = config
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.key = key
         self.client = httpx.Client()
 
-    def complete(self, messages: list[dict], temperature: float | None = None) -> str:
+    def complete(self, messages: list[dict], temperature: float | None = None, on_token=None) -> str:
+        """The answer; ``on_token`` gets it once, whole (this client does not stream)."""
         config = self.config
         payload = {"model": config.model, "messages": messages, "max_tokens": config.max_tokens,
                    "temperature": config.temperature if temperature is None else temperature}
@@ -48,4 +50,6 @@ class ChatClient:
         if choice.get("finish_reason") == "length":
             raise PermanentError(f"chat model {config.model} stopped at search.llm.max_tokens ({config.max_tokens}) "
                                  "mid-answer; raise search.llm.max_tokens")
+        if on_token is not None:
+            on_token(content.strip())
         return content.strip()

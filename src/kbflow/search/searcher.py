@@ -79,9 +79,14 @@ class Searcher:
     @property
     def chat(self):
         if self._chat is None:
-            from kbflow.search.llm import ChatClient
+            if self.config.search.llm.kind == "local":
+                from kbflow.search.local_llm import LocalChat
 
-            self._chat = ChatClient(self.config.search.llm)
+                self._chat = LocalChat(self.config.search.llm)
+            else:
+                from kbflow.search.llm import ChatClient
+
+                self._chat = ChatClient(self.config.search.llm)
         return self._chat
 
     # --- search --------------------------------------------------------------------------------------------
