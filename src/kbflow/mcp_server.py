@@ -95,12 +95,15 @@ class Tools:
                    description="Only files whose path matches this glob, e.g. 'manual/*.html'.")] = None,
                heading_prefix: Annotated[list[str] | None, Field(
                    description="Only sections under this heading path, e.g. ['Backup', 'Restore'].")] = None,
+               doc_ids: Annotated[list[str] | None, Field(
+                   description="Only these documents (doc_id values from earlier results).")] = None,
                ) -> list[dict]:
         """Find the passages of a namespace that best match a query. Each result has the source file path, the
         heading path of its section, a score (higher is better; its scale depends on the mode) and the text."""
         kb = self._kb(namespace)
         try:
-            hits = kb.search(query, limit=limit, mode=mode, source_glob=source_glob, heading_prefix=heading_prefix)
+            hits = kb.search(query, limit=limit, mode=mode, source_glob=source_glob, heading_prefix=heading_prefix,
+                             doc_ids=doc_ids)
         except KbflowError as exc:
             raise ToolError(str(exc)) from None
         return [hit.to_dict() for hit in hits]

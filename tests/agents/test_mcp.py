@@ -88,7 +88,11 @@ def test_stdio_tools_write_search_and_answer_reads_while_a_write_runs(tmp_path):
 
             hits = _data(await client.call_tool("search", {"query": "restore a backup", "mode": "hybrid",
                                                            "source_glob": "docs/*"}))
-            assert (hits if isinstance(hits, list) else [hits])[0]["source_path"] == "docs/backups.md"
+            hits = hits if isinstance(hits, list) else [hits]
+            assert hits[0]["source_path"] == "docs/backups.md"
+            only = _data(await client.call_tool("search", {"query": "restore a backup",
+                                                           "doc_ids": [hits[-1]["doc_id"]]}))
+            assert {hit["doc_id"] for hit in (only if isinstance(only, list) else [only])} == {hits[-1]["doc_id"]}
             inline = _data(await client.call_tool("add_document", {
                 "filename": "coffee.md", "content_base64": base64.b64encode(b"# Coffee\n\nBrew at 93 C.\n").decode()}))
             assert inline["documents"]["new"] == 1
