@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kbflow.bench.results import save
+from kbflow.bench.results import panels, save
 from kbflow.config import KbConfig
 from kbflow.errors import ConfigError, KbflowError
 
@@ -95,22 +95,14 @@ def _mean(values) -> float | None:
 
 
 def plot(result: dict, png: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     names = list(result["models"])
     runs = [result["models"][name] for name in names]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    left.bar(names, [run["prompt_tokens_per_s"] or 0 for run in runs], color="#4c72b0")
-    left.set_ylabel("prompt tokens / s")
-    right.bar(names, [run["generation_tokens_per_s"] or 0 for run in runs], color="#55a868")
-    right.set_ylabel("generated tokens / s")
-    for axis in (left, right):
-        axis.tick_params(axis="x", labelsize=7)
-    fig.suptitle(f"local models answering kbflow ask ({result['threads'] or 'all'} threads)")
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
+    title = f"local models answering kbflow ask ({result['threads'] or 'all'} threads)"
+    with panels(png, title=title) as (_figure, (left, right)):
+        left.bar(names, [run["prompt_tokens_per_s"] or 0 for run in runs], color="#4c72b0")
+        left.set_ylabel("prompt tokens / s")
+        right.bar(names, [run["generation_tokens_per_s"] or 0 for run in runs], color="#55a868")
+        right.set_ylabel("generated tokens / s")
+        for axis in (left, right):
+            axis.tick_params(axis="x", labelsize=7)
     return png

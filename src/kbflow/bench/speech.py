@@ -14,7 +14,7 @@ import re
 import time
 from pathlib import Path
 
-from kbflow.bench.results import save
+from kbflow.bench.results import panels, save
 from kbflow.config import ConvertConfig
 from kbflow.convert.formats.audio import AUDIO_SUFFIXES, audio_fingerprint, pcm16_mono, transcribe
 from kbflow.errors import ConfigError
@@ -90,22 +90,15 @@ def bench_speech(audio: Path, out_file: Path, backends: list[str] | None = None)
 
 
 def plot(result: dict, png: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     names = list(result["backends"])
     runs = [result["backends"][name] for name in names]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    left.bar(names, [run["corpus_wer"] or 0 for run in runs], color="#4c72b0")
-    left.set_ylabel("word error rate (corpus)")
-    left.set_title(f"{result['files']} recordings, {result['audio_minutes']:.1f} min")
-    right.bar(names, [run["wall_s_per_audio_minute"] for run in runs], color="#55a868", label="wall")
-    right.bar(names, [run["cpu_s_per_audio_minute"] for run in runs], color="none", edgecolor="black", label="CPU")
-    right.set_ylabel("seconds per minute of audio")
-    right.legend()
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
+    with panels(png) as (_figure, (left, right)):
+        left.bar(names, [run["corpus_wer"] or 0 for run in runs], color="#4c72b0")
+        left.set_ylabel("word error rate (corpus)")
+        left.set_title(f"{result['files']} recordings, {result['audio_minutes']:.1f} min")
+        right.bar(names, [run["wall_s_per_audio_minute"] for run in runs], color="#55a868", label="wall")
+        right.bar(names, [run["cpu_s_per_audio_minute"] for run in runs], color="none", edgecolor="black",
+                  label="CPU")
+        right.set_ylabel("seconds per minute of audio")
+        right.legend()
     return png
