@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 
 import yaml
 from prefect.schedules import Cron
-
 from prefect.utilities.callables import ParameterSchema
 
 from kbflow.config import KbConfig

@@ -61,5 +61,5 @@ def ingest(
     ``config`` (an object) or the YAML file ``config_path`` (or the defaults). The sources are the namespace's
     whole set of files (stored files no longer among them are removed) unless ``add_only``."""
     settings = flow_config(config, config_path, data_dir)
-    return run_ingest(settings, IngestJob(sources, namespace, texts or [], dry_run, force, allow_mass_delete,
-                                                add_only))
+    job = IngestJob(sources, namespace, texts or [], dry_run, force, allow_mass_delete, add_only)
+    return run_ingest(settings, job)
