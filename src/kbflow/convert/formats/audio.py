@@ -21,8 +21,8 @@ _decoder = None
 
 
 def resolve_backend(backend: str, api_key_env: str) -> str:
-    """'auto': DashScope when its key is set, else Whisper (word error rate 0.17 against PocketSphinx's 0.70 on
-    the six prompts of docs/conversion.md, and faster)."""
+    """'auto': DashScope when its key is set, else Whisper (corpus word error rate 0.040 against PocketSphinx's
+    0.702 on the six prompts of docs/conversion.md, in a third of the time)."""
     if backend == "auto":
         return "dashscope" if os.environ.get(api_key_env) else "whisper"
     return backend
