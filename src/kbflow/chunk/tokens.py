@@ -74,7 +74,7 @@ PIECE_RE = re.compile(
 @dataclass
 class EstimateTokenCounter:
     """A documented estimate for remote models whose tokenizer we cannot run: every CJK character is one token,
-    letters count one token per four (a word-piece-like rule: 'identifier.call(a,b)' is 9, not 1), digits one
+    letters count one token per four (a word-piece-like rule: 'identifier.call(a,b)' is 10, not 1), digits one
     per three, each punctuation mark one. It over-counts English slightly, which keeps chunks under the limit."""
 
     max_tokens: int

