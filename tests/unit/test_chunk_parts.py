@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import hashlib
 
+import pytest
+
 from kbflow.chunk.chunker import Span, _fit, _pack, _sections, chunk_document, heading_prefix_text, section_key
 from kbflow.chunk.split import Block, split_markdown
 from kbflow.chunk.tokens import EstimateTokenCounter
@@ -59,6 +61,13 @@ def test_a_section_key_depends_on_its_text_shape_heading_path_and_chunker_not_on
     shape = _sections(split_markdown(here))[-1]
     moved = [Block(b.kind, b.char_start, b.char_end, ["Other"]) for b in shape]
     assert section_key(here, shape, "k1") != section_key(here, moved, "k1")
+    # every block counts: the first (the key starts there), the last (the text ends there), and their boundaries
+    assert key("Intro one.\n\nSame body.\n") != key("Intro two.\n\nSame body.\n")
+    assert key("A.\n\nB.\n\nC one.\n") != key("A.\n\nB.\n\nC two.\n")
+    text = "First part.\nSecond part.\n"
+    one = [Block("paragraph", 0, 25)]
+    two = [Block("paragraph", 0, 11), Block("paragraph", 12, 25)]
+    assert section_key(text, one, "k1") != section_key(text, two, "k1")
 
 
 def test_fit_gives_up_last_units_until_every_chunk_is_under_the_limit():
@@ -67,8 +76,13 @@ def test_fit_gives_up_last_units_until_every_chunk_is_under_the_limit():
     assert _fit(spans, [(0, 4)], markdown, "", COUNTER, 4) == [(0, 4)]
     assert _fit(spans, [(0, 4)], markdown, "", COUNTER, 3) == [(0, 3), (3, 4)]
     assert _fit(spans, [(0, 4)], markdown, "", COUNTER, 2) == [(0, 2), (2, 3), (3, 4)]
-    # the prefix counts against the limit too ('T' 'i' 't' 'l' 'e'... = 'Titl' 'e' '\n\n' is 2 pieces)
+    assert _fit(spans, [(0, 4)], markdown, "", COUNTER, 1) == [(0, 1), (1, 2), (2, 3), (3, 4)]
+    # the prefix counts against the limit too ('Title' is 'Titl' 'e': 2 pieces)
     assert _fit(spans, [(0, 4)], markdown, "Title\n\n", COUNTER, 4) == [(0, 2), (2, 3), (3, 4)]
+    # only the chunk over the limit gives up units; the others stay as they are
+    assert _fit(spans, [(0, 1), (1, 4)], markdown, "", COUNTER, 2) == [(0, 1), (1, 3), (3, 4)]
+    with pytest.raises(AssertionError, match="cannot be split further: 'aaaa"):
+        _fit(spans, [(0, 1)], markdown, "", COUNTER, 0)  # one unit over the limit: the caller's bug, said
 
 
 def test_chunk_ids_hash_doc_id_text_and_occurrence_so_repeated_text_gets_distinct_stable_ids():

@@ -4,6 +4,7 @@ namespaces. Expected values are written out here, not computed by the code under
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 import pyarrow as pa
 import pytest
@@ -26,12 +27,18 @@ def test_a_new_namespace_has_no_model_an_empty_manifest_and_no_run(tmp_path):
     assert state.meta() is None and state.last_run() is None and state.store_namespace() == "fresh"
     assert state.read_manifest().num_rows == 0 and state.read_manifest().schema == MANIFEST
     assert state.root == tmp_path / "state" / "fresh" and namespaces(tmp_path) == []
+    # the on-disk layout is a contract with every existing data dir: renaming a file loses a namespace's state
+    assert (state.manifest_path.name, state.meta_path.name, state.last_run_path.name, state.plans_dir.name) == \
+        ("manifest.parquet", "namespace.json", "last_run.json", "chunk-plans")
+    assert state.plans_dir.parent == state.root
+    state.clear()  # clearing a namespace that was never written is not an error
 
 
 def test_the_first_model_is_recorded_once_and_another_one_is_refused_with_the_fixes(tmp_path):
     state = NamespaceState(tmp_path, "docs")
     state.record_model("model-a", 384)
     created = state.meta()["created"]
+    assert datetime.fromisoformat(created).tzinfo is not None  # an aware UTC timestamp
     state.record_model("model-b", 768)  # a later record never overwrites the first
     assert state.meta() == {"model_id": "model-a", "dimension": 384, "created": created}
     state.check_model("model-a", 384)
@@ -70,8 +77,11 @@ def test_switching_the_model_moves_the_manifest_and_lists_the_old_table_as_super
     assert state.read_manifest().column("model_id").to_pylist() == ["model-b", "model-b"]
     assert state.read_manifest().column("chunk_ids").to_pylist() == [["c1"], ["c2"]]  # nothing else changed
 
+    assert datetime.fromisoformat(meta["superseded"][0]["replaced"]).tzinfo is not None
+    state.switch_model("model-c", 512, "docs__model-c")  # superseded tables accumulate until pruned
+    assert [e["store_namespace"] for e in state.meta()["superseded"]] == ["docs", "docs__model-b"]
     state.switch_model("model-a", 384, "docs")  # and back: the table switched to is not listed as superseded
-    assert [e["store_namespace"] for e in state.meta()["superseded"]] == ["docs__model-b"]
+    assert [e["store_namespace"] for e in state.meta()["superseded"]] == ["docs__model-b", "docs__model-c"]
     state.check_model("model-a", 384)
 
 
@@ -96,10 +106,12 @@ def test_chunk_plans_round_trip_per_document_and_a_bad_file_only_costs_a_recompu
     plans = {"key-1": {"offsets": [[0, 10]], "tokens": [7], "prefix": "# 标题"}}
     cache.save("ab12", plans)
     cache.save("cd34", {"key-2": {"tokens": [1]}})
+    cache.save("ab56", {})  # a second document in the same folder
     assert cache.load("ab12") == plans and cache.load("cd34") == {"key-2": {"tokens": [1]}}
     path = tmp_path / "plans" / "ab" / "ab12.json"
     assert path.is_file() and "标题" in path.read_text(encoding="utf-8")  # UTF-8, not escaped
-    assert sorted(p.name for p in (tmp_path / "plans").rglob("*")) == ["ab", "ab12.json", "cd", "cd34.json"]
+    assert sorted(p.name for p in (tmp_path / "plans").rglob("*")) == ["ab", "ab12.json", "ab56.json", "cd",
+                                                                        "cd34.json"]
 
     path.write_text("{not json", encoding="utf-8")
     assert cache.load("ab12") == {}
