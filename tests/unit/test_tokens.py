@@ -40,3 +40,17 @@ def test_the_hf_counter_counts_without_special_tokens_and_cuts_at_token_ends():
     assert counter.cut(text, 0) == 5  # at least the first token: never zero
     many = ["hello world"] * (BATCH + 3)  # more than one batch: every text counted once, in order
     assert counter.count(many) == [2] * (BATCH + 3)
+
+
+def test_a_counting_function_gets_cut_by_bisection_and_a_prefix_counts_as_special_tokens():
+    from kbflow.chunk.counters import FunctionTokenCounter, PrefixedCounter
+
+    words = FunctionTokenCounter("words", max_tokens=8, special_tokens=1, count_one=lambda text: len(text.split()))
+    assert words.count(["a b c", "", "one"]) == [3, 0, 1]
+    text = "alpha beta gamma delta"
+    assert [words.cut(text, n) for n in (1, 2, 3, 4)] == [6, 11, 17, 22]  # 'alpha ' is 1 word, 'alpha b' is 2
+    assert words.cut(text, 0) == 1 and words.cut("", 3) == 0
+
+    prefixed = PrefixedCounter(words, prefix_tokens=3)  # 'passage: ' read before every text
+    assert (prefixed.name, prefixed.max_tokens, prefixed.special_tokens) == ("words+prefix3", 8, 4)
+    assert prefixed.count(["a b"]) == [2] and prefixed.cut(text, 2) == 11  # the text's own tokens, as inner
