@@ -6,6 +6,7 @@ Set before Prefect and transformers read their settings; values already in the e
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 DEFAULTS = {
     "HF_HUB_OFFLINE": "1",  # never download weights at run time
@@ -30,3 +31,9 @@ DEFAULTS = {
 def set_quiet_offline_defaults() -> None:
     for key, value in DEFAULTS.items():
         os.environ.setdefault(key, value)
+
+
+def user_cache_dir() -> Path:
+    """kbflow's folder in the user's cache: $XDG_CACHE_HOME/kbflow (~/.cache/kbflow), for files derived from
+    installed packages (the ONNX export, the joined Whisper weights)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kbflow"

@@ -19,13 +19,14 @@ from pathlib import Path
 import numpy as np
 
 from kbflow.embed.local import LocalEmbedder, _read_json
+from kbflow.environment import user_cache_dir
 from kbflow.errors import ConfigError
 
 EXPORT_VERSION = 1
 
 
 def default_cache_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kbflow" / "onnx"
+    return user_cache_dir() / "onnx"
 
 
 def weights_sha256(model_dir: Path) -> str:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kbflow.environment import user_cache_dir
 from kbflow.errors import ConfigError, ConversionError
 
 PACKAGED_SHA256 = "d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9"  # model.bin, both parts
@@ -39,10 +40,7 @@ _lock = threading.Lock()
 
 def models_dir() -> Path:
     configured = os.environ.get(MODELS_DIR_ENV)
-    if configured:
-        return Path(configured)
-    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(cache) / "kbflow" / "models"
+    return Path(configured) if configured else user_cache_dir() / "models"
 
 
 def _part_dir(package: str) -> Path:
