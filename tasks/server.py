@@ -106,6 +106,9 @@ def _stop_at_exit() -> None:
             _server.clear()
 
 
+atexit.register(_stop_at_exit)  # once per process; a server restarted after dying is stopped by the same call
+
+
 @contextmanager
 def temporary_server():
     """Yield the API URL of this process's temporary Prefect server (started on first use, stopped at exit);
@@ -117,7 +120,6 @@ def temporary_server():
             _server.clear()
         if not _server:
             _server.update(_start())
-            atexit.register(_stop_at_exit)
         url = _server["url"]
     with temporary_settings(updates={PREFECT_API_URL: url}):
         try:
