@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kbflow.chunk.chunker import Span, _fit, _pack, _sections, chunk_document, heading_prefix_text, section_key
 from kbflow.chunk.split import Block, split_markdown
@@ -28,6 +30,33 @@ def test_pack_fills_each_chunk_up_to_the_budget_and_repeats_trailing_units_withi
     assert _pack(units(2, 2, 5), budget=6, overlap_tokens=4) == [(0, 2), (2, 3)]
     assert _pack(units(1, 1, 1, 1, 1), budget=2, overlap_tokens=1) == [(0, 2), (1, 3), (2, 4), (3, 5)]
     assert _pack([], budget=6, overlap_tokens=2) == []
+    # the overlap counts every carried unit: two 1-token units fill an overlap of 2, never a third
+    assert _pack(units(1, 1, 1, 1, 1, 1, 1, 1), budget=4, overlap_tokens=2) == [(0, 4), (2, 6), (4, 8)]
+
+
+def reference_pack(tokens: list[int], budget: int, overlap: int) -> list[tuple[int, int]]:
+    """The packing rule stated as sums over candidate ranges, not as _pack's walks: each chunk takes as many new
+    units as fit the budget (at least one); it starts at the earliest unit after the previous chunk's first whose
+    run up to the new units sums to at most the overlap, and still leaves room for the first new unit."""
+    ranges: list[tuple[int, int]] = []
+    position = 0
+    while position < len(tokens):
+        first = position
+        if ranges:
+            candidates = [f for f in range(ranges[-1][0] + 1, position + 1)
+                          if sum(tokens[f:position]) <= overlap and sum(tokens[f:position]) + tokens[position] <= budget]
+            first = min(candidates, default=position)  # a unit over the budget on its own carries nothing
+        fits = [last for last in range(position + 1, len(tokens) + 1) if sum(tokens[first:last]) <= budget]
+        last = max(fits, default=position + 1)
+        ranges.append((first, last))
+        position = last
+    return ranges
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(1, 9), max_size=30), st.integers(1, 20), st.integers(0, 20))
+def test_pack_equals_the_packing_rule_stated_by_sums(tokens, budget, overlap):
+    assert _pack(units(*tokens), budget, min(overlap, budget)) == reference_pack(tokens, budget, min(overlap, budget))
 
 
 def test_heading_prefix_drops_leading_ancestors_until_it_fits():
