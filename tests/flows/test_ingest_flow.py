@@ -61,6 +61,38 @@ def test_editing_one_paragraph_embeds_only_changed_chunks(docs_dir, tmp_path, co
     assert len(after) == len(before)
 
 
+def test_a_changed_document_rewrites_only_the_rows_that_changed(tmp_path, counting):
+    """Store writes follow the change (issue 22): an edit inside one section rewrites that section's chunk, and one
+    that moves the text below it rewrites those chunks too (their offsets changed); every other row stays where it
+    was, with its LanceDB row id."""
+    docs, data = tmp_path / "docs", tmp_path / "data"
+    docs.mkdir()
+    sections = [f"## Part {i}\n\n" + f"Part {i} keeps seven copies of record {i}. " * 20 for i in range(6)]
+    (docs / "long.md").write_text("\n\n".join(sections))
+
+    def rows():
+        table = store_of(data).table.search().with_row_id(True).limit(None).to_arrow().drop_columns(["vector"])
+        return {row["chunk_id"]: row for row in table.to_pylist()}
+
+    first = run(docs, data)
+    assert first["chunks"]["written"] == first["store"]["count"] == 6  # one chunk per section
+    before = rows()
+    (docs / "long.md").write_text("\n\n".join(sections).replace("record 3.", "record 9.", 1))  # same length
+    same_length = run(docs, data)
+    after = rows()
+    differ = {cid for cid in after if {**after[cid], "_rowid": 0} != {**before.get(cid, {}), "_rowid": 0}}
+    assert same_length["chunks"]["embedded"] == same_length["chunks"]["written"] == len(differ) == 1
+    assert all(after[cid]["_rowid"] == before[cid]["_rowid"] for cid in after if cid not in differ)
+
+    (docs / "long.md").write_text("\n\n".join(sections).replace("record 3.", "record 33.", 1))  # one longer
+    longer = run(docs, data)
+    final = rows()
+    differ = {cid for cid in final if {**final[cid], "_rowid": 0} != {**after.get(cid, {}), "_rowid": 0}}
+    assert longer["chunks"]["embedded"] == 1 and longer["chunks"]["written"] == len(differ) == 3  # parts 3, 4, 5
+    assert {final[cid]["ordinal"] for cid in differ} == {3, 4, 5}
+    assert all(final[cid]["_rowid"] == after[cid]["_rowid"] for cid in final if cid not in differ)
+
+
 def test_deleting_a_file_deletes_exactly_its_chunks(docs_dir, tmp_path, counting):
     data = tmp_path / "data"
     run(docs_dir, data)
@@ -345,6 +377,8 @@ def test_qdrant_store_holds_the_same_chunks_as_lancedb(docs_dir, tmp_path, count
     assert again["chunks"]["embedded"] == 0 and again["store"]["count"] == qdrant["store"]["count"]
     hits = api.search("how long are backups kept", data_dir=tmp_path / "qdrant-data", config=config)
     assert hits[0].source_path == "docs/backups.md"
+    report = api.verify("default", config=config, data_dir=tmp_path / "qdrant-data")  # it reads every vector back
+    assert report["ok"] and report["counts"]["store_rows"] == qdrant["store"]["count"], report["findings"]
 
 
 def test_bench_ingest_reports_phases_and_writes_json_and_plot(tmp_path, counting):

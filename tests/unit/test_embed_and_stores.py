@@ -69,6 +69,27 @@ def test_replace_documents_is_idempotent_and_drops_stale_chunks(make_store):
     assert [hit.doc_id for hit in hits] == ["b"] and -1.0 <= hits[0].score <= 1.0
 
 
+def test_replace_documents_writes_only_rows_that_differ_from_the_stored_ones(make_store):
+    """A changed document rewrites the chunks that changed, not all of them (issue 22): a chunk id fixes the text,
+    but its position, heading path, BM25 words and the text the model read can change under the same id."""
+    store = make_store("ns")
+    texts = ["one", "two", "three"]
+    assert store.replace_documents(["a"], rows_for("a", texts)) == 3
+    assert store.replace_documents(["a"], rows_for("a", texts)) == 0
+    for column, value in [("ordinal", 7), ("heading_path", ["H", "Sub"]), ("char_start", 1), ("char_end", 2),
+                          ("n_tokens", 4), ("source_path", "moved.md"), ("text", "two!"), ("text_tokens", "two 2"),
+                          ("embed_sha256", "sha-other")]:
+        changed = rows_for("a", texts).to_pylist()
+        changed[1][column] = value
+        changed[1]["vector"] = [0.6, 0.0, 0.8, 0.0]  # unit length: Qdrant normalises what it stores for cosine
+        assert store.replace_documents(["a"], pa.Table.from_pylist(changed, schema=store_schema(4))) == 1, column
+        row = {r["chunk_id"]: r for r in store.rows().to_pylist()}[ids("a")[1]]
+        assert row[column] == value and row["vector"] == pytest.approx([0.6, 0.0, 0.8, 0.0], abs=1e-6), column
+        assert store.replace_documents(["a"], rows_for("a", texts)) == 1, column  # and back
+    assert store.replace_documents(["a"], rows_for("a", ["one", "two"])) == 0 and store.count() == 2
+    assert store.rows(["chunk_id", "text", "ordinal"]) == rows_for("a", ["one", "two"]).select(["chunk_id", "text", "ordinal"])
+
+
 def test_namespaces_are_separate(make_store):
     alpha, beta = make_store("alpha"), make_store("beta")
     alpha.replace_documents(["a"], rows_for("a", ["one"]))

@@ -73,7 +73,8 @@ def _phase(name: str, sources: list[str], namespace: str, data_dir: Path, config
     summary = api.ingest(sources, namespace, config, data_dir)
     wall = time.perf_counter() - started
     return {"phase": name, "wall_s": round(wall, 3), "texts_embedded": summary["chunks"]["embedded"],
-            "chunks_reused": summary["chunks"]["reused"], "chunks_deleted": summary["chunks"]["deleted"],
+            "chunks_reused": summary["chunks"]["reused"], "chunks_written": summary["chunks"]["written"],
+            "chunks_deleted": summary["chunks"]["deleted"],
             "store_count": summary["store"]["count"], "documents": summary["documents"],
             "stage_seconds": summary["seconds"], "run_id": summary["run_id"], "peak_rss_mb": _phase_peak_mb()}
 

@@ -132,7 +132,7 @@ def _ingest(config: KbConfig, job: IngestJob, runner: StageRunner, run_id: str) 
               job.force, runner,
               summary={"namespace": namespace, "run_id": run_id, "dry_run": job.dry_run, "model_id": embedder.model_id,
                        "documents": {"new": 0, "changed": 0, "unchanged": 0, "removed": 0, "failed": 0},
-                       "chunks": {"total": 0, "embedded": 0, "reused": 0, "deleted": 0},
+                       "chunks": {"total": 0, "embedded": 0, "reused": 0, "written": 0, "deleted": 0},
                        "store": {"count": 0, "indexes": {}}, "failures": []})
     run.embedding_counts_at_start = _embedding_counts(embedder)
     if job.dry_run:
@@ -356,7 +356,7 @@ def _upsert(run: Run, documents, chunks, vectors, failed_keys, label: str) -> No
     rows = store_rows(doc_chunks, {doc["doc_id"]: doc["source_path"] for doc in ready}, vectors,
                       run.embedder.dimension)
     try:
-        run.runner.run("upsert", run.store, sorted(ready_ids), rows, label=label)
+        run.summary["chunks"]["written"] += run.runner.run("upsert", run.store, sorted(ready_ids), rows, label=label)
     except Exception as exc:  # the store write is one operation: it happened whole or not at all
         for doc in ready:
             run.failures.append({"stage": "upsert", "doc_id": doc["doc_id"], "source_path": doc["source_path"],

@@ -110,10 +110,10 @@ def embed(keys: list[str], texts: list[str], embedder: Embedder, cache: VectorCa
 
 
 def upsert(store, doc_ids: list[str], table: pa.Table) -> int:
-    """Replace whole documents in one store operation: it happens whole or not at all."""
+    """Replace whole documents in one store operation: it happens whole or not at all. Returns the rows written
+    (a chunk identical to its stored row is not rewritten)."""
     with store_errors(f"writing {len(doc_ids)} documents to store table {store.namespace!r}"):
-        store.replace_documents(doc_ids, table)
-    return table.num_rows
+        return store.replace_documents(doc_ids, table)
 
 
 def delete(store, doc_ids: list[str]) -> int:

@@ -52,8 +52,10 @@ class Store(Protocol):
     concurrent_reads: bool  # two threads may search at once (hybrid runs BM25 beside the vector search)
     defer_vector_index: bool  # writes leave the vector index to a later refresh_indexes() (an ingest's batches)
 
-    def replace_documents(self, doc_ids: list[str], rows: pa.Table) -> None:
-        """In one operation: upsert ``rows`` and delete every other chunk of ``doc_ids``."""
+    def replace_documents(self, doc_ids: list[str], rows: pa.Table) -> int:
+        """Make ``doc_ids`` hold exactly ``rows``: write the rows that are new or differ from the stored ones (a row
+        equal to its stored version is left in place) and delete every other chunk of ``doc_ids``. Returns the
+        number of rows written."""
 
     def delete_documents(self, doc_ids: list[str]) -> int: ...
 

@@ -36,6 +36,14 @@ HIT_COLUMNS = ["chunk_id", "doc_id", "source_path", "heading_path", "text"]
 INDEX_STALE_FRACTION = 0.1  # vector index: share of rows outside it that triggers an update
 FTS_STALE_ROWS = 1_000  # full-text index: rows outside it that trigger an update (~11 ms per query at most)
 FTS_COLUMN = "text_tokens"
+# A matched chunk is rewritten only when a stored column differs. Its id fixes the document and the text; the rest
+# (position, heading path, the text the model read, BM25 words) can change under the same id when text above it
+# moves. The vector follows from embed_sha256: a table holds one model (kbflow.engine.reembed). A patch release
+# that changes one line per page so writes a page's changed chunks, not all of them. `!=` (Lance SQL has no
+# IS DISTINCT FROM) is safe here because these columns are never null (kbflow.engine.rows.store_rows).
+COMPARED_COLUMNS = ("doc_id", "source_path", "ordinal", "heading_path", "text", "text_tokens", "char_start",
+                    "char_end", "n_tokens", "embed_sha256")
+CHANGED_ROW = " OR ".join(f"target.{name} != source.{name}" for name in COMPARED_COLUMNS)
 
 
 def open_table_or_none(db, name: str):
@@ -125,17 +133,18 @@ class LanceStore:
             self._cast(rows))
         self._write_done()
 
-    def replace_documents(self, doc_ids: list[str], rows: pa.Table) -> None:
+    def replace_documents(self, doc_ids: list[str], rows: pa.Table) -> int:
         if len(doc_ids) > IN_LIST_MAX:
             raise ValueError(f"replace_documents takes at most {IN_LIST_MAX} documents per call, got {len(doc_ids)}")
-        (
+        result = (
             self.table.merge_insert("chunk_id")
-            .when_matched_update_all()
+            .when_matched_update_all(where=CHANGED_ROW)
             .when_not_matched_insert_all()
             .when_not_matched_by_source_delete(f"doc_id IN ({sql_list(doc_ids)})")
             .execute(self._cast(rows))
         )
         self._write_done()
+        return result.num_inserted_rows + result.num_updated_rows
 
     def delete_documents(self, doc_ids: list[str]) -> int:
         if not doc_ids or not self.exists():

@@ -142,27 +142,39 @@ class QdrantStore:
         return models.PointStruct(id=point, payload=payload, vector={
             "": list(record["vector"]), SPARSE: models.SparseVector(indices=indices, values=values)})
 
-    def upsert(self, rows: pa.Table) -> list[str]:
-        """Insert or overwrite rows by chunk id; returns their point ids."""
+    def upsert(self, rows: pa.Table, skip_unchanged: bool = False) -> tuple[list[str], int]:
+        """Insert or overwrite rows by chunk id; returns their point ids and how many points were written.
+        ``skip_unchanged``: a point whose stored payload equals its row is left as it is (its vector follows from
+        ``embed_sha256``: a collection holds one model), so a changed document writes only its changed chunks."""
         self._ensure()
         self._source_paths = None
         records = rows.select(store_schema(self.dimension).names).cast(store_schema(self.dimension)).to_pylist()
         ids = [point_id(record["chunk_id"]) for record in records]
+        written = 0
         for start in range(0, len(records), UPSERT_BATCH):
-            points = [self._point(ids[i], records[i]) for i in range(start, min(start + UPSERT_BATCH, len(records)))]
-            self.client.upsert(self.collection, points=points, wait=True)
-        return ids
+            batch = range(start, min(start + UPSERT_BATCH, len(records)))
+            stored = {}
+            if skip_unchanged:
+                stored = {str(point.id): point.payload for point in self.client.retrieve(
+                    self.collection, [ids[i] for i in batch], with_payload=list(PAYLOAD), with_vectors=False)}
+            points = [self._point(ids[i], records[i]) for i in batch
+                      if stored.get(ids[i]) != {key: records[i][key] for key in PAYLOAD}]
+            if points:
+                self.client.upsert(self.collection, points=points, wait=True)
+            written += len(points)
+        return ids, written
 
     def refresh_indexes(self, force_vector: bool = False, skip_vector: bool = False) -> dict:
         """Nothing to do: a Qdrant server maintains its HNSW and sparse indexes itself; local mode has none."""
         return {}
 
-    def replace_documents(self, doc_ids: list[str], rows: pa.Table) -> None:
-        ids = self.upsert(rows)
+    def replace_documents(self, doc_ids: list[str], rows: pa.Table) -> int:
+        ids, written = self.upsert(rows, skip_unchanged=True)
         stale = self._doc_filter(doc_ids)
         if ids:
             stale.must_not = [self.models.HasIdCondition(has_id=ids)]
         self.client.delete(self.collection, points_selector=self.models.FilterSelector(filter=stale), wait=True)
+        return written
 
     def delete_documents(self, doc_ids: list[str]) -> int:
         if not doc_ids or not self.exists():
@@ -242,7 +254,9 @@ class QdrantStore:
 
     def rows(self, columns: list[str] | None = None) -> pa.Table:
         schema = store_schema(self.dimension)
-        records = [{**{key: r.payload[key] for key in PAYLOAD}, "vector": r.vector[""]} for r in self._scroll([""])]
+        # asked for the default vector alone, local mode answers with the list itself, not {"": list}
+        records = [{**{key: r.payload[key] for key in PAYLOAD},
+                    "vector": r.vector[""] if isinstance(r.vector, dict) else r.vector} for r in self._scroll([""])]
         table = pa.Table.from_pylist(records, schema=schema).sort_by("chunk_id")
         return table.select(columns) if columns else table
 
