@@ -12,6 +12,7 @@ from kbflow.chunk.tokens import EstimateTokenCounter
 from kbflow.convert.scan import SourceFile, UnreadableFolder
 from kbflow.engine.plan import Fingerprints, Plan, check_deletion_guard, make_plan
 from kbflow.errors import DeletionGuardError
+from kbflow.search import tokens as search_tokens
 from kbflow.schemas import MANIFEST
 
 PRINTS = Fingerprints("conv-1", "chunk-1", "model-1")
@@ -51,14 +52,16 @@ def test_a_fingerprint_change_redoes_exactly_the_documents_made_with_the_old_one
     assert names(plan.changed) == ["a.md", "c.md"] and names(plan.unchanged) == ["b.md"]
 
 
-def test_a_split_or_chunk_version_bump_changes_the_chunker_fingerprint(monkeypatch):
+def test_a_split_chunk_or_bm25_words_version_bump_changes_the_chunker_fingerprint(monkeypatch):
     counter = EstimateTokenCounter(256)
     before = chunker_fingerprint(counter, 256, 32, True)
     monkeypatch.setattr(chunker_module, "SPLIT_VERSION", "99")
     after_split = chunker_fingerprint(counter, 256, 32, True)
     monkeypatch.setattr(chunker_module, "CHUNK_VERSION", "99")
     after_chunk = chunker_fingerprint(counter, 256, 32, True)
-    assert len({before, after_split, after_chunk}) == 3
+    monkeypatch.setattr(search_tokens, "TOKENIZER_VERSION", "jieba-99")  # stored text_tokens would be stale
+    after_words = chunker_fingerprint(counter, 256, 32, True)
+    assert len({before, after_split, after_chunk, after_words}) == 4
     assert len({before, chunker_fingerprint(counter, 128, 32, True), chunker_fingerprint(counter, 256, 16, True),
                 chunker_fingerprint(counter, 256, 32, False)}) == 4
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from kbflow.chunk.split import SPLIT_VERSION, Block
 from kbflow.chunk.tokens import TokenCounter
+from kbflow.search import tokens as words
 
 CHUNK_VERSION = "2"
 PREFIX_SHARE = 0.25  # a heading prefix may take at most this share of a chunk's budget
@@ -60,9 +61,10 @@ def sha256_text(text: str) -> str:
 
 
 def chunker_fingerprint(counter: TokenCounter, chunk_tokens: int, overlap_tokens: int, heading_prefix: bool) -> str:
-    return (  # the split's version too: blocks and heading paths are what the chunks are made of
+    return (  # the split's version too: blocks and heading paths are what the chunks are made of; and the BM25
+        # words stored beside each chunk (a bump re-plans every document, and rewrites the rows whose words changed)
         f"kbflow-chunk-v{CHUNK_VERSION}+split-v{SPLIT_VERSION}:tokens={chunk_tokens}:overlap={overlap_tokens}"
-        f":prefix={int(heading_prefix)}:tokenizer={counter.name}"
+        f":prefix={int(heading_prefix)}:tokenizer={counter.name}:words={words.TOKENIZER_VERSION}"
     )
 
 
