@@ -57,3 +57,21 @@ def test_bench_ingest_runs_on_the_shipped_default_backend(tmp_path, own_backend)
     assert phases["full"]["texts_embedded"] > 0 and phases["rerun"]["texts_embedded"] == 0
     assert all(phase["peak_rss_mb"] > 0 for phase in phases.values())
     assert measured["floor"]["texts"] == phases["full"]["texts_embedded"]
+
+
+def test_bench_search_records_recall_and_latency_for_every_ann_setting_it_tried(tmp_path, own_backend):
+    """Issue 22: the ANN defaults are chosen from a sweep that `bench search` records whole (every variant)."""
+    from kbflow.bench.search import ANN_GRID
+
+    out = tmp_path / "search.json"
+    result, _ = invoke("search", "--corpus", str(CASES / "docs"), "--size", "600", "--store", "lancedb",
+                       "--real-vectors", "5", "--queries", "12", "--out", str(out), "--work-dir", str(tmp_path / "w"))
+    assert result.exit_code == 0, result.output
+    run = json.loads(out.read_text())["runs"][0]
+    assert run["rows"] == 600 and run["vector_index_type"] == "IVF_HNSW_SQ"
+    sweep = run["ann_sweep"]
+    assert [(s["nprobes"], s["ef"], s["refine_factor"]) for s in sweep] == ANN_GRID
+    assert all(0.0 <= s["recall@10"] <= 1.0 and s["p50_ms"] > 0 for s in sweep)
+    # the configured setting is one of the grid's: its recall in the sweep is the run's own
+    own = next(s for s in sweep if (s["nprobes"], s["ef"], s["refine_factor"]) == (run["ann_nprobes"], run["ann_ef"], None))
+    assert own["recall@10"] == run["ann_recall@10"]

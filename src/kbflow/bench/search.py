@@ -38,6 +38,9 @@ from kbflow.search.tokens import tokens_text, words
 SYNTH_SIGMA = 0.5
 MODES = ("vector", "vector_exact", "bm25", "hybrid")
 LOAD_BATCH_ROWS = 10_000  # rows per write when loading a table (more above 100k: each write may optimize indexes)
+# (nprobes, ef, refine_factor) tried on every LanceDB table after the configured ones (issue 22: the defaults are
+# chosen from these, so every variant is recorded, not only the winner)
+ANN_GRID = [(p, ef, None) for p in (10, 20, 30, 40, 60, 80) for ef in (64, 128)] + [(20, 64, 2), (40, 64, 2)]
 QDRANT_LOCAL_MAX_ROWS = 20_000  # local mode is a test double, not a search engine: see bench_search's skip note
 
 
@@ -156,6 +159,24 @@ def open_bench_store(kind: str, work: Path, size: int, dim: int, config):
     return QdrantStore(":memory:", f"bench{size}", dim)
 
 
+def recall_at_10(ann: list, exact: list) -> float:
+    recalls = [len({h.chunk_id for h in a} & {h.chunk_id for h in e}) / max(len(e), 1) for a, e in zip(ann, exact)]
+    return round(float(np.mean(recalls)), 4)
+
+
+def ann_sweep(store, queries: list, exact: list) -> list[dict]:
+    """Recall@10 and latency of the vector index under each setting of ANN_GRID (the store's own restored after)."""
+    own = store.ann_nprobes, store.ann_ef, store.ann_refine_factor
+    sweep = []
+    for nprobes, ef, refine in ANN_GRID:
+        store.ann_nprobes, store.ann_ef, store.ann_refine_factor = nprobes, ef, refine
+        latency, ann = time_queries(lambda q: store.search_vector(q, 10), queries)
+        sweep.append({"nprobes": nprobes, "ef": ef, "refine_factor": refine, "recall@10": recall_at_10(ann, exact),
+                      "p50_ms": latency["p50_ms"], "p95_ms": latency["p95_ms"]})
+    store.ann_nprobes, store.ann_ef, store.ann_refine_factor = own
+    return sweep
+
+
 def bench_store(kind: str, rows: pa.Table, queries: np.ndarray, query_words: list[list[str]], work: Path,
                 config, max_queries_slow: int) -> dict:
     size, dim = rows.num_rows, queries.shape[1]
@@ -180,8 +201,10 @@ def bench_store(kind: str, rows: pa.Table, queries: np.ndarray, query_words: lis
         result["modes"]["vector_exact"], exact = time_queries(lambda q: store.search_vector(q, 10, exact=True),
                                                               list(queries[:n]))
     result["modes"]["vector"], ann = time_queries(lambda q: store.search_vector(q, 10), list(queries[:n]))
-    recalls = [len({h.chunk_id for h in a} & {h.chunk_id for h in e}) / max(len(e), 1) for a, e in zip(ann, exact)]
-    result["ann_recall@10"] = round(float(np.mean(recalls)), 4)
+    result["ann_recall@10"] = recall_at_10(ann, exact)
+    if kind == "lancedb":
+        result["ann_nprobes"], result["ann_ef"] = store.ann_nprobes, store.ann_ef
+        result["ann_sweep"] = ann_sweep(store, list(queries[:n]), exact)
     result["modes"]["bm25"], _ = time_queries(lambda w: store.search_text(w, 10), query_words[:n])
     depth = config.search.candidates
 
