@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kbflow.chunk.chunker import Span, _fit, _pack, _sections, chunk_document, heading_prefix_text, section_key
+from kbflow.chunk.chunker import (Span, _fit, _pack, _sections, chunk_document, heading_prefix_text, section_key,
+                                   sha256_text, split_long)
 from kbflow.chunk.split import Block, split_markdown
 from kbflow.chunk.tokens import EstimateTokenCounter
 
@@ -126,3 +127,75 @@ def test_chunk_ids_hash_doc_id_text_and_occurrence_so_repeated_text_gets_distinc
     assert [c.ordinal for c in chunks] == list(range(len(chunks)))
     again = chunk_document("doc-9", markdown, split_markdown(markdown), COUNTER, 64, 0, heading_prefix=False)
     assert [c.chunk_id for c in again] == [c.chunk_id for c in chunks]
+
+
+class JoinCostCounter(EstimateTokenCounter):
+    """The estimate, plus 5 tokens for every blank line: two blocks together count more than their sum, as a real
+    tokenizer's merges across a boundary can make them."""
+
+    def count(self, texts):
+        return [n + 5 * text.count("\n\n") for n, text in zip(super().count(texts), texts)]
+
+
+TEN = " ".join(["word"] * 10)  # 10 tokens by the estimate ('word' is one piece of four letters)
+
+
+def test_blocks_summing_exactly_to_the_budget_share_a_chunk():
+    markdown = f"{TEN}\n\n{TEN}\n\n{TEN}\n"
+    chunks = chunk_document("d", markdown, split_markdown(markdown), COUNTER, 20, 0, heading_prefix=False)
+    assert [c.text for c in chunks] == [f"{TEN}\n\n{TEN}", TEN] and [c.n_tokens for c in chunks] == [20, 10]
+    assert [c.embed_text for c in chunks] == [c.text for c in chunks]  # no heading prefix asked for, none added
+    titled = f"# Title\n\n{TEN}\n"  # the heading block is part of the chunk's text; the prefix is the path again
+    assert [c.embed_text for c in chunk_document("d", titled, split_markdown(titled), COUNTER, 20, 0, False)] \
+        == [f"# Title\n\n{TEN}"]
+    assert [c.embed_text for c in chunk_document("d", titled, split_markdown(titled), COUNTER, 20, 0, True)] \
+        == [f"Title\n\n# Title\n\n{TEN}"]
+    deep = f"# Alpha\n\n## Beta\n\n### Gamma\n\n{TEN}\n"  # the full path is 7 tokens, over a quarter of 20 (5)
+    last = chunk_document("d", deep, split_markdown(deep), COUNTER, 20, 0, True)[-1]
+    assert last.embed_text == f"Beta > Gamma\n\n### Gamma\n\n{TEN}" and last.n_tokens == 4 + 15
+    whole = " ".join(["word"] * 20)  # one block of exactly the budget stays whole
+    assert [c.text for c in chunk_document("d", whole, split_markdown(whole), COUNTER, 20, 0, False)] == [whole]
+
+
+def test_a_packed_chunk_that_counts_over_the_limit_is_split_again_and_counted_as_embedded():
+    markdown = f"{TEN}\n\n{TEN}\n\n{TEN}\n\n{TEN}\n"
+    counter = JoinCostCounter(max_tokens=512)
+    chunks = chunk_document("d", markdown, split_markdown(markdown), counter, 20, 0, heading_prefix=False)
+    # packed by block sums, two blocks make 20; joined they count 25 > 20, so every chunk holds one block
+    assert [c.text for c in chunks] == [TEN] * 4 and [c.n_tokens for c in chunks] == [10] * 4
+    three = " ".join(["word"] * 7)  # 7 + 7 + 5 = 19 joined: fits, counted with the join's cost
+    pair = f"{three}\n\n{three}\n"
+    chunks = chunk_document("d", pair, split_markdown(pair), counter, 20, 0, heading_prefix=False)
+    assert [c.text for c in chunks] == [f"{three}\n\n{three}"] and chunks[0].n_tokens == 19
+
+
+def test_an_oversize_list_is_cut_between_items_and_a_sentence_without_full_stops_at_its_commas():
+    items = "- aaaa bbbb\n- cccc dddd\n- eeee ffff"  # 3 tokens an item ('-' one mark, two 4-letter pieces)
+    assert [items[s.start:s.end] for s in split_long(items, 0, len(items), 6, COUNTER, "list")] == [
+        "- aaaa bbbb", "- cccc dddd", "- eeee ffff"]
+    clauses = "aaaa bbbb, cccc dddd, eeee ffff"  # 8 tokens, no sentence end: cut after the commas, not at spaces
+    assert [(clauses[s.start:s.end], s.tokens) for s in split_long(clauses, 0, len(clauses), 4, COUNTER, "paragraph")] \
+        == [("aaaa bbbb,", 3), ("cccc dddd,", 3), ("eeee ffff", 2)]
+
+
+def test_a_chunk_counts_the_models_special_tokens_and_names_its_embedded_text_by_hash():
+    counter = EstimateTokenCounter(max_tokens=512, special_tokens=2)  # e.g. [CLS] and [SEP]
+    (chunk,) = chunk_document("d", TEN, split_markdown(TEN), counter, 20, 0, heading_prefix=False)
+    assert chunk.n_tokens == 10 + 2 and chunk.embed_sha256 == sha256_text(chunk.embed_text)
+    assert chunk.embed_sha256 == hashlib.sha256(TEN.encode("utf-8")).hexdigest()
+
+
+def test_a_heading_too_long_for_any_prefix_leaves_the_whole_budget_to_the_text():
+    # the path 'Supercalifragilisticexpialidocious' is 9 tokens, over a quarter of 20: no prefix, and the heading
+    # block (10 tokens: '#' and 9 pieces) plus 10 words fill the budget of 20 exactly, in one chunk
+    markdown = f"# Supercalifragilisticexpialidocious\n\n{TEN}\n"
+    chunks = chunk_document("d", markdown, split_markdown(markdown), COUNTER, 20, 0, heading_prefix=True)
+    assert [(c.embed_text, c.n_tokens) for c in chunks] == [(markdown.strip(), 20)]
+
+
+def test_section_plans_made_under_one_chunker_are_not_reused_under_another():
+    markdown = f"{TEN}\n\n{TEN}\n\n{TEN}\n"
+    plans: dict = {}
+    wide = chunk_document("d", markdown, split_markdown(markdown), COUNTER, 20, 0, False, plans, chunker="c20")
+    narrow = chunk_document("d", markdown, split_markdown(markdown), COUNTER, 10, 0, False, plans, chunker="c10")
+    assert [c.n_tokens for c in wide] == [20, 10] and [c.n_tokens for c in narrow] == [10, 10, 10]

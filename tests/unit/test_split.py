@@ -1,6 +1,6 @@
 import pytest
 
-from kbflow.chunk.split import split_markdown
+from kbflow.chunk.split import NAV_ITEM_SHARE, NAV_OWN_TEXT, Block, is_navigation, split_markdown
 
 DOC = """# Guide
 
@@ -95,3 +95,41 @@ def test_heading_whitespace_is_normalised_non_breaking_spaces_included():
 def test_navigation_is_links_with_little_text_of_their_own(text, navigation):
     blocks = [block for block in split_markdown(text + "\n") if block.kind != "heading"]
     assert (blocks[0].kind == "navigation") is navigation, blocks
+
+
+OWN_WORDS = "| described with plenty of words here | more words of its own here |"  # 50 own word characters
+
+
+@pytest.mark.parametrize("kind, text, navigation", [
+    # own text exactly at the limit and exactly as long as the linked text (24 word characters each): navigation
+    ("paragraph", "[abcdefghijklmnopqrstuvwx](u) abcdefghijklmnopqrstuvwx", True),
+    ("paragraph", "[abcdefghijklmnopqrstuvw](u) abcdefghijklmnopqrstuvwx", False),  # one linked character less
+    ("paragraph", "[abcdefghijklmnopqrstuvwxyz](u) abcdefghijklmnopqrstuvwxy", False),  # own text one over the limit
+    # a paragraph never goes to the per-item rule, even when most of its |-separated parts are bare links
+    ("paragraph", "[Alpha](a) | [Beta](b) | [Gamma](c) | described with plenty of words here", False),
+    # lists and tables: navigation when at least 60 % of the items are links with at most 3 own characters;
+    # 3 of 5 is exactly 60 %, and the |---| separator row is not an item
+    ("table", f"| [Alpha](a) | [Beta](b) |\n|---|---|\n| [Gamma](c) abc |\n{OWN_WORDS}", True),
+    ("table", f"| [Alpha](a) | [Beta](b) |\n|---|---|\n| [Gamma](c) abcd |\n{OWN_WORDS}", False),  # 4 own
+    ("table", f"| [Alpha](a) | [Beta](b) |\n|---|---|\n| ok |\n{OWN_WORDS}", False),  # 'ok' has no link
+    ("list", "* [Alpha](a)\n* [Beta](b)\n* described with plenty of words here", True),  # 2 of 3
+    ("list", "* [Alpha](a) and some words\n* [Beta](b)\n* described with plenty of words here", False),  # 1 of 3
+    ("list", "* [Alpha](a)\n* described with plenty of words here", False),  # fewer than 3 items
+    ("heading", "[Alpha](a)", False),  # only paragraphs, lists and tables can be navigation
+])
+def test_navigation_rule_at_its_boundaries(kind, text, navigation):
+    assert (NAV_OWN_TEXT, NAV_ITEM_SHARE) == (24, 0.6)  # the cases below are counted against these
+    assert is_navigation(kind, text) is navigation
+
+
+def test_setext_headings_and_a_loose_list_by_hand():
+    text = "Part one\ncontinued\n=====\n\nBody text.\n\nSub\n---\nMore.\n"
+    #       0        9         19    24 26        36 38   42  46
+    assert split_markdown(text) == [
+        Block("heading", 0, 24, ["Part one continued"]),  # two lines of title, '=' makes level 1
+        Block("paragraph", 26, 36, ["Part one continued"]),
+        Block("heading", 38, 45, ["Part one continued", "Sub"]),  # '-' makes level 2, a child of level 1
+        Block("paragraph", 46, 51, ["Part one continued", "Sub"]),  # right below the underline, no blank line
+    ]
+    loose = "- item one\n\n  still item one\n\n- item two\nafter\n"  # blank lines inside, a lazy last line
+    assert split_markdown(loose) == [Block("list", 0, 46, [])]
