@@ -514,7 +514,7 @@ def bench_chunk(
 
     _run_bench(lambda: run_bench(corpus, out_file, target_mb, config), as_json,
                lambda result: out.print_json(json.dumps({k: result[k] for k in ("megabytes", "split", "count",
-                                                                               "chunk")})), out_file)
+                                                                               "chunk", "chunk_update")})), out_file)
 
 
 @app.command("convert")

@@ -75,3 +75,13 @@ def test_bench_search_records_recall_and_latency_for_every_ann_setting_it_tried(
     # the configured setting is one of the grid's: its recall in the sweep is the run's own
     own = next(s for s in sweep if (s["nprobes"], s["ef"], s["refine_factor"]) == (run["ann_nprobes"], run["ann_ef"], None))
     assert own["recall@10"] == run["ann_recall@10"]
+
+
+def test_bench_chunk_measures_an_update_that_reuses_the_unchanged_sections_plans(tmp_path):
+    out = tmp_path / "chunk.json"
+    result, _ = invoke("chunk", "--corpus", str(CASES / "docs"), "--mb", "0.05", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    update = json.loads(out.read_text())["chunk_update"]
+    assert update["identical_to_a_fresh_chunking"] is True and update["documents_compared"] >= 4
+    # each edit touches one section: those are planned again, and only those
+    assert 0 < update["sections_planned_again"] <= update["blocks_edited"] < update["sections"]

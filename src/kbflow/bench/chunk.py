@@ -1,8 +1,15 @@
-"""`kbflow bench chunk`: token counting and split+chunk throughput on ~100 MB of real converted text.
+"""`kbflow bench chunk`: token counting and split+chunk throughput on ~100 MB of real converted text, for a full
+pass and for an update.
 
 The corpus is converted once; its Markdown is repeated until the target size is reached (repetition does not
 change what a tokenizer or the chunker costs per byte). Both token counters are measured: the model's own
 tokenizer (batched ``encode_batch``) and the CJK-aware estimate used for remote models.
+
+The update (issue 22): the full pass keeps each document's section plans (as an ingest does under
+``data/state/<ns>/chunk-plans``); then each document's last paragraph and one in ``EDIT_EVERY`` of the others are
+edited (a few words appended, so every later block moves; the share of blocks and of sections touched is recorded) and the edited documents are chunked again with those plans. Its MB/s is
+over the whole documents' bytes, as an update's chunk stage sees them. The chunks it gives are compared with a
+plain chunking of the edited text: they must be identical.
 """
 
 from __future__ import annotations
@@ -13,14 +20,28 @@ from pathlib import Path
 
 from kbflow.bench.ingest import _corpus_dir, _peak_rss_mb
 from kbflow.bench.results import save
-from kbflow.chunk.chunker import chunk_document
+from kbflow.chunk.chunker import _sections, chunk_document, chunker_fingerprint
 from kbflow.config import load_config
 from kbflow.convert.converters import convert_batch
 from kbflow.embed import get_embedder
 from kbflow.engine.rows import resolve_chunk_tokens
 from kbflow.convert.scan import scan
-from kbflow.chunk.split import split_markdown
+from kbflow.chunk.split import Block, split_markdown
 from kbflow.chunk.tokens import EstimateTokenCounter
+
+
+EDIT_EVERY = 50  # the update edits one paragraph in 50, and each document's last one (a patch release's stamp)
+EDIT = " (revised in the update)"
+
+
+def edited(text: str, blocks: list[Block]) -> tuple[str, int]:
+    """``text`` with EDIT appended to its last paragraph and to every EDIT_EVERY-th one; how many were edited."""
+    all_paragraphs = [block for block in blocks if block.kind == "paragraph"]
+    chosen = {block.char_start: block for block in all_paragraphs[EDIT_EVERY // 2::EDIT_EVERY] + all_paragraphs[-1:]}
+    paragraphs = [chosen[start] for start in sorted(chosen)]
+    for block in reversed(paragraphs):  # from the end, so earlier offsets stay valid
+        text = text[:block.char_end] + EDIT + text[block.char_end:]
+    return text, len(paragraphs)
 
 
 def _markdown_of(corpus: Path, work: Path, options) -> list[str]:
@@ -59,12 +80,28 @@ def bench_chunk(corpus: Path, out_file: Path, target_mb: float = 100.0, config=N
                           "mb_per_s": round(total_mb / seconds, 2), "tokens_per_s": round(tokens / seconds)}
     del block_texts
 
+    fingerprint = chunker_fingerprint(counter, chunk_tokens, cfg.chunking.overlap_tokens, cfg.chunking.heading_prefix)
+
+    def chunk_all(texts, all_blocks, plans=None):
+        return [chunk_document(f"doc{i}", text, doc_blocks, counter, chunk_tokens, cfg.chunking.overlap_tokens,
+                               cfg.chunking.heading_prefix, plans[i] if plans is not None else None, fingerprint)
+                for i, (text, doc_blocks) in enumerate(zip(texts, all_blocks))]
+
+    plans: list[dict] = [{} for _ in documents]
     started, cpu = time.perf_counter(), time.process_time()
-    n_chunks = 0
-    for index, (text, doc_blocks) in enumerate(zip(documents, blocks)):
-        n_chunks += len(chunk_document(f"doc{index}", text, doc_blocks, counter, chunk_tokens,
-                                       cfg.chunking.overlap_tokens, cfg.chunking.heading_prefix))
+    n_chunks = sum(len(chunks) for chunks in chunk_all(documents, blocks, plans))  # keeps the plans, as an ingest
     chunk_s, chunk_cpu = time.perf_counter() - started, time.process_time() - cpu
+
+    pairs = [edited(text, doc_blocks) for text, doc_blocks in zip(documents, blocks)]
+    new_texts = [text for text, _ in pairs]
+    new_blocks = [split_markdown(text) for text in new_texts]
+    keys_before = [set(doc_plans) for doc_plans in plans]
+    started, cpu = time.perf_counter(), time.process_time()
+    updated = chunk_all(new_texts, new_blocks, plans)
+    update_s, update_cpu = time.perf_counter() - started, time.process_time() - cpu
+    update_mb = sum(len(text.encode("utf-8")) for text in new_texts) / 1e6
+    sample = min(len(new_texts), max(1, len(originals)))  # one copy of the corpus, chunked from scratch
+    identical = updated[:sample] == chunk_all(new_texts[:sample], new_blocks[:sample])
     result = {
         "corpus": str(corpus), "documents": len(documents), "copies": copies, "megabytes": round(total_mb, 1),
         "convert_once_s": round(convert_s, 1), "chunk_tokens": chunk_tokens, "tokenizer": counter.name,
@@ -73,6 +110,13 @@ def bench_chunk(corpus: Path, out_file: Path, target_mb: float = 100.0, config=N
         "count": counters,
         "chunk": {"seconds": round(chunk_s, 2), "cpu_seconds": round(chunk_cpu, 2), "mb_per_s": round(total_mb / chunk_s, 2),
                   "chunks": n_chunks},
+        "chunk_update": {"seconds": round(update_s, 2), "cpu_seconds": round(update_cpu, 2),
+                         "mb_per_s": round(update_mb / update_s, 2), "chunks": sum(len(c) for c in updated),
+                         "blocks": sum(len(b) for b in new_blocks), "blocks_edited": sum(n for _, n in pairs),
+                         "sections": sum(len(_sections(b)) for b in new_blocks),
+                         "sections_planned_again": sum(len(set(doc_plans) - before)
+                                                       for doc_plans, before in zip(plans, keys_before)),
+                         "identical_to_a_fresh_chunking": identical, "documents_compared": sample},
         "peak_rss_mb": round(_peak_rss_mb(), 1),
     }
     return save(result, out_file, _plot)
@@ -84,9 +128,11 @@ def _plot(result: dict, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = ["split", "count: model tokenizer", "count: CJK estimate", "chunk (split excluded)"]
+    update = result["chunk_update"]
+    names = ["split", "count: model tokenizer", "count: CJK estimate", "chunk (split excluded)",
+             f"chunk an update ({100 * update['blocks_edited'] / update['blocks']:.1f} % of blocks edited)"]
     values = [result["split"]["mb_per_s"], result["count"]["model_tokenizer"]["mb_per_s"],
-              result["count"]["cjk_estimate"]["mb_per_s"], result["chunk"]["mb_per_s"]]
+              result["count"]["cjk_estimate"]["mb_per_s"], result["chunk"]["mb_per_s"], update["mb_per_s"]]
     figure, axis = plt.subplots(figsize=(7, 3.5))
     bars = axis.barh(names, values)
     axis.bar_label(bars, fmt="%.1f MB/s", fontsize=8)
