@@ -7,9 +7,10 @@ tokenizer (batched ``encode_batch``) and the CJK-aware estimate used for remote 
 
 The update (issue 22): the full pass keeps each document's section plans (as an ingest does under
 ``data/state/<ns>/chunk-plans``); then each document's last paragraph and one in ``EDIT_EVERY`` of the others are
-edited (a few words appended, so every later block moves; the share of blocks and of sections touched is recorded) and the edited documents are chunked again with those plans. Its MB/s is
-over the whole documents' bytes, as an update's chunk stage sees them. The chunks it gives are compared with a
-plain chunking of the edited text: they must be identical.
+edited (a few words appended, so every later block moves; the blocks and sections touched are recorded) and the
+edited documents are chunked again with those plans. Its MB/s is over the whole documents' bytes, as an update's
+chunk stage sees them. The chunks it gives are compared with a plain chunking of the edited text: they must be
+identical.
 """
 
 from __future__ import annotations
