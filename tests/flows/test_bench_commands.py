@@ -73,7 +73,8 @@ def test_bench_search_records_recall_and_latency_for_every_ann_setting_it_tried(
     assert [(s["nprobes"], s["ef"], s["refine_factor"]) for s in sweep] == ANN_GRID
     assert all(0.0 <= s["recall@10"] <= 1.0 and s["p50_ms"] > 0 for s in sweep)
     # the configured setting is one of the grid's: its recall in the sweep is the run's own
-    own = next(s for s in sweep if (s["nprobes"], s["ef"], s["refine_factor"]) == (run["ann_nprobes"], run["ann_ef"], None))
+    own = next(s for s in sweep
+               if (s["nprobes"], s["ef"], s["refine_factor"]) == (run["ann_nprobes"], run["ann_ef"], run["ann_refine_factor"]))
     assert own["recall@10"] == run["ann_recall@10"]
 
 

@@ -71,3 +71,16 @@ def test_environment_overrides_single_fields(tmp_path, monkeypatch):
     monkeypatch.setenv("KBFLOW__SEARCH__MODE__X", "1")
     with pytest.raises(ConfigError, match="'mode' is a value"):
         load_config(path)
+
+
+def test_the_ann_settings_reach_the_store(tmp_path):
+    """The shipped ANN defaults (chosen by `kbflow bench search`'s sweep) are the ones a namespace's store uses."""
+    from kbflow.stores import open_store
+
+    for config in (load_config(None), load_config(CONFIGS / "default.yaml")):
+        config.data_dir = str(tmp_path)
+        store = open_store(config, "default", 4)
+        assert (store.ann_nprobes, store.ann_ef, store.ann_refine_factor) == (20, 128, None)
+    on = load_config(None)
+    on.data_dir, on.search.ann_refine_factor = str(tmp_path), 3
+    assert open_store(on, "default", 4).ann_refine_factor == 3

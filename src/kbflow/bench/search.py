@@ -153,7 +153,8 @@ def open_bench_store(kind: str, work: Path, size: int, dim: int, config):
 
         s = config.search
         return LanceStore(work / f"lancedb-{size}", "bench", dim, vector_index_min_rows=10**12,
-                          vector_index_type=s.vector_index_type, ann_nprobes=s.ann_nprobes, ann_ef=s.ann_ef)
+                          vector_index_type=s.vector_index_type, ann_nprobes=s.ann_nprobes, ann_ef=s.ann_ef,
+                          ann_refine_factor=s.ann_refine_factor)
     from kbflow.stores.qdrant_store import QdrantStore
 
     return QdrantStore(":memory:", f"bench{size}", dim)
@@ -204,6 +205,7 @@ def bench_store(kind: str, rows: pa.Table, queries: np.ndarray, query_words: lis
     result["ann_recall@10"] = recall_at_10(ann, exact)
     if kind == "lancedb":
         result["ann_nprobes"], result["ann_ef"] = store.ann_nprobes, store.ann_ef
+        result["ann_refine_factor"] = store.ann_refine_factor
         result["ann_sweep"] = ann_sweep(store, list(queries[:n]), exact)
     result["modes"]["bm25"], _ = time_queries(lambda w: store.search_text(w, 10), query_words[:n])
     depth = config.search.candidates

@@ -23,4 +23,4 @@ def open_store(config: KbConfig, namespace: str, dimension: int):
 
     search = config.search
     return LanceStore(store_uri(config), namespace, dimension, search.vector_index_min_rows, search.vector_index_type,
-                      search.ann_nprobes, search.ann_ef)
+                      search.ann_nprobes, search.ann_ef, search.ann_refine_factor)

@@ -92,7 +92,7 @@ class LanceStore:
     defer_vector_index = False  # True: writes keep the full-text index fresh, the vector index waits for a refresh
 
     def __init__(self, uri: str | Path, namespace: str, dimension: int, vector_index_min_rows: int = 10_000,
-                 vector_index_type: str = "IVF_HNSW_SQ", ann_nprobes: int = 20, ann_ef: int = 64,
+                 vector_index_type: str = "IVF_HNSW_SQ", ann_nprobes: int = 20, ann_ef: int = 128,
                  ann_refine_factor: int | None = None):
         self.uri = str(uri)
         self.namespace = namespace
