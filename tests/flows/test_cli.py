@@ -40,9 +40,10 @@ def test_ingest_search_stats_clear_json(docs_dir, tmp_path):
     summary = json.loads(ingest.stdout)
     assert set(summary) >= {"namespace", "run_id", "documents", "chunks", "store", "seconds"}
     assert set(summary["documents"]) == {"new", "changed", "unchanged", "removed", "failed"}
-    assert set(summary["chunks"]) == {"total", "embedded", "reused", "deleted"}
+    assert set(summary["chunks"]) == {"total", "embedded", "reused", "written", "deleted"}
     assert set(summary["seconds"]) == {"scan", "convert", "split", "chunk", "embed", "upsert", "total"}
     assert summary["documents"]["new"] == 4 and summary["store"]["count"] > 0
+    assert summary["chunks"]["written"] == summary["store"]["count"]  # a first run writes every row
 
     search = kb("search", "how long are backups kept", "--data-dir", data, "--json", "--limit", "3")
     hits = json.loads(search.stdout)

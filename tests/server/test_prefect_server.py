@@ -192,12 +192,25 @@ def test_a_partial_request_keeps_the_served_config(server):
     assert [row["namespace"] for row in json.loads(table["data"])] == ["srv"]
 
 
+def _create_flow_run(api_url: str, deployment_id: str, parameters: dict) -> str:
+    """A flow run of the deployment; the server's answer is shown when it refuses. A 5xx is asked again (twice):
+    the SQLite-backed test server can answer 'database is locked' while the served runs write to it, and a
+    failed create leaves nothing behind."""
+    for attempt in range(3):
+        response = httpx.post(f"{api_url}/deployments/{deployment_id}/create_flow_run",
+                              json={"parameters": parameters})
+        if response.status_code < 500:
+            break
+        time.sleep(1 + attempt)
+    assert response.status_code == 201, f"{response.status_code}: {response.text}"
+    return response.json()["id"]
+
+
 def test_a_second_run_for_a_busy_namespace_waits_then_completes(server):
     deployment = next(d for d in httpx.post(f"{server['api_url']}/deployments/filter", json={}).json()
                       if d["name"] == "on-demand")
     request = {"namespace": "queued", "sources": [str(server["docs"])], "config": str(server["config"]), "force": True}
-    ids = [httpx.post(f"{server['api_url']}/deployments/{deployment['id']}/create_flow_run",
-                      json={"parameters": {"request": request}}).json()["id"] for _ in range(2)]
+    ids = [_create_flow_run(server["api_url"], deployment["id"], {"request": request}) for _ in range(2)]
     runs = [_wait_final(server["api_url"], run_id) for run_id in ids]
     assert [run["state"]["type"] for run in runs] == ["COMPLETED", "COMPLETED"], \
         [run["state"]["message"] for run in runs]
