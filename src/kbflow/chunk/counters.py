@@ -7,7 +7,8 @@ token budget ends). A tokenizer that only counts gets ``cut`` by bisection over 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+from dataclasses import dataclass, field
 from typing import Callable
 
 
@@ -58,9 +59,43 @@ class PrefixedCounter:
         self.name = f"{self.inner.name}+prefix{self.prefix_tokens}"
         self.max_tokens = self.inner.max_tokens
         self.special_tokens = self.inner.special_tokens + self.prefix_tokens
+        self.additive_at_whitespace = getattr(self.inner, "additive_at_whitespace", False)
 
     def count(self, texts: list[str]) -> list[int]:
         return self.inner.count(texts)
+
+    def cut(self, text: str, max_tokens: int) -> int:
+        return self.inner.cut(text, max_tokens)
+
+
+def count_key(text: str) -> str:
+    """A counted text's key in a ``MemoCounter``: the head of its SHA-256, as a chunk's ``embed_sha256`` starts."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
+
+
+@dataclass
+class MemoCounter:
+    """Another counter, remembering each text's count by its hash: a text counted once (this run, or in a memo
+    kept from the last run) is never tokenized again. Counts are a pure function of the text and the tokenizer,
+    so a memo is only ever filled by one tokenizer (``name``) and reuse gives the same counts."""
+
+    inner: object
+    memo: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.name = self.inner.name
+        self.max_tokens = self.inner.max_tokens
+        self.special_tokens = self.inner.special_tokens
+        self.additive_at_whitespace = getattr(self.inner, "additive_at_whitespace", False)
+        self.tokenized = 0  # texts the inner counter was asked for
+
+    def count(self, texts: list[str]) -> list[int]:
+        keys = [count_key(text) for text in texts]
+        missing = {key: text for key, text in zip(keys, texts) if key not in self.memo}
+        if missing:
+            self.memo.update(zip(missing, self.inner.count(list(missing.values()))))
+            self.tokenized += len(missing)
+        return [self.memo[key] for key in keys]
 
     def cut(self, text: str, max_tokens: int) -> int:
         return self.inner.cut(text, max_tokens)

@@ -1,10 +1,16 @@
-"""Each document's chunk plans, kept beside the namespace's state, so re-chunking a changed document costs what
-changed (``kbflow.chunk.chunker.chunk_document``'s ``plans``).
+"""Each document's chunk plans and token counts, kept beside the namespace's state, so re-chunking a changed
+document costs what changed.
 
-One JSON file per document (``<state>/chunk-plans/<doc_id[:2]>/<doc_id>.json``: section key -> plan), read before
-the document is chunked and rewritten after, through a temporary name and a rename. A plan is reused only when its
-key (a hash of the section's text, blocks, heading path and the chunker fingerprint) matches, so a stale, missing
-or unreadable file costs time, never correctness. A removed document's file goes with it.
+Two memories, both pure functions of what they are keyed by, so a stale, missing or unreadable file costs time,
+never correctness:
+
+- ``sections``: section key -> plan (``kbflow.chunk.chunker.chunk_documents``): an unchanged section (same text,
+  blocks, heading path, chunker fingerprint) is not chunked again at all;
+- ``counts``: text hash -> tokens (``kbflow.chunk.counters.MemoCounter``) for the document's blocks and chunks,
+  under the tokenizer named beside them: in a section that did change, only its new texts are tokenized.
+
+One JSON file per document (``<state>/chunk-plans/<doc_id[:2]>/<doc_id>.json``), read before the document is
+chunked and rewritten after, through a temporary name and a rename. A removed document's file goes with it.
 """
 
 from __future__ import annotations
@@ -13,6 +19,10 @@ import json
 import os
 import uuid
 from pathlib import Path
+
+from kbflow.chunk.chunker import Chunk, ChunkJob, chunk_documents
+from kbflow.chunk.counters import MemoCounter, count_key
+from kbflow.chunk.tokens import TokenCounter
 
 
 class PlanCache:
@@ -39,3 +49,26 @@ class PlanCache:
     def forget(self, doc_ids: list[str]) -> None:
         for doc_id in doc_ids:
             self._path(doc_id).unlink(missing_ok=True)
+
+
+def chunk_remembering(jobs: list[ChunkJob], memories: list[dict], counter: TokenCounter, chunk_tokens: int,
+                      overlap_tokens: int, heading_prefix: bool, chunker: str) -> tuple[list[list[Chunk]], int]:
+    """``chunk_documents`` with each document's memory (a ``PlanCache`` file's content, ``{}`` for none): read
+    before, and left in ``memories`` as the next run should find it. Returns the chunks and how many texts were
+    tokenized."""
+    memo = MemoCounter(counter)
+    for memory in memories:
+        if memory.get("tokenizer") == counter.name and isinstance(memory.get("counts"), dict):
+            memo.memo.update(memory["counts"])
+    for job, memory in zip(jobs, memories):
+        sections = memory.get("sections")
+        job.plans = dict(sections) if isinstance(sections, dict) else {}
+    results = chunk_documents(jobs, memo, chunk_tokens, overlap_tokens, heading_prefix, chunker)
+    for job, memory, chunks in zip(jobs, memories, results):
+        keys = [count_key(job.markdown[block.char_start:block.char_end]) for block in job.blocks]
+        keys += [chunk.embed_sha256[:24] for chunk in chunks]  # a chunk's embedded text, as the chunker counts it
+        keys += [count_key(" > ".join(path) + "\n\n") for path in {tuple(b.heading_path) for b in job.blocks} if path]
+        memory.clear()
+        memory.update(tokenizer=counter.name, sections=job.plans,
+                      counts={key: memo.memo[key] for key in keys if key in memo.memo})
+    return results, memo.tokenized

@@ -6,6 +6,7 @@ so a chunk fits when ``count + special_tokens <= max_tokens``.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,7 @@ class HFTokenCounter:
             self.name = f"hf:{Path(self.tokenizer_file).parent.name}"
         # same ids without character offsets, which counting never reads (tokenizers >= 0.21)
         self._encode_batch = getattr(self._tokenizer, "encode_batch_fast", self._tokenizer.encode_batch)
+        self.additive_at_whitespace = additive_at_whitespace(json.loads(Path(self.tokenizer_file).read_text("utf-8")))
 
     def count(self, texts: list[str]) -> list[int]:
         counts: list[int] = []
@@ -60,6 +62,19 @@ class HFTokenCounter:
             return len(text)
         # end of the last token that fits; never zero, so a caller always makes progress
         return max(offsets[max(max_tokens, 1) - 1][1], 1)
+
+
+def additive_at_whitespace(tokenizer: dict) -> bool:
+    """Whether ``count(a + w + b) == count(a) + count(b)`` for every ``a``, ``b`` and run ``w`` of spaces, tabs and
+    line ends, for the tokenizer described by this ``tokenizer.json``: true of BERT's WordPiece pipeline, whose
+    normaliser maps each character on its own (control characters dropped, CJK padded, accents stripped,
+    lowercased), whose pre-tokenizer cuts at whitespace (and punctuation) before the model sees a word, and whose
+    model reads each word alone; and only when no added token holds whitespace (it could match across the join).
+    Anything else (SentencePiece's Metaspace, byte-level BPE) is not assumed additive: its chunks are counted."""
+    normalizer, pre_tokenizer, model = (tokenizer.get(key) or {} for key in ("normalizer", "pre_tokenizer", "model"))
+    return (normalizer.get("type") == "BertNormalizer" and pre_tokenizer.get("type") == "BertPreTokenizer"
+            and model.get("type") == "WordPiece"
+            and not any(re.search(r"\s", token.get("content", "")) for token in tokenizer.get("added_tokens") or []))
 
 
 CJK_RE = re.compile(r"[\u3000-\u303f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]")

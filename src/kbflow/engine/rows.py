@@ -8,8 +8,8 @@ from dataclasses import asdict
 import numpy as np
 import pyarrow as pa
 
-from kbflow.chunk.chunker import chunk_document
-from kbflow.chunk.plans import PlanCache
+from kbflow.chunk.chunker import ChunkJob, chunk_documents as chunk_batch
+from kbflow.chunk.plans import PlanCache, chunk_remembering
 from kbflow.config import ChunkConfig
 from kbflow.engine.plan import Fingerprints
 from kbflow.errors import ConfigError
@@ -60,19 +60,26 @@ def resolve_chunk_tokens(config: ChunkConfig, model_max_tokens: int, model_id: s
 
 def chunk_documents(documents: pa.Table, sections: pa.Table, counter: TokenCounter, chunk_tokens: int,
                     config: ChunkConfig, chunker: str, plans: PlanCache | None = None) -> pa.Table:
-    """Chunks of every converted document; with ``plans``, each document's unchanged sections reuse their plans."""
+    """Chunks of every converted document, counted in one batch; with ``plans``, each document's unchanged sections
+    reuse their plans and its unchanged texts their token counts (``kbflow.chunk.plans``)."""
     by_doc: dict[str, list[Block]] = {}
     for row in sections.to_pylist():
         by_doc.setdefault(row["doc_id"], []).append(
             Block(row["kind"], row["char_start"], row["char_end"], row["heading_path"]))
+    docs = with_status(documents, "ok")
+    jobs = [ChunkJob(doc["doc_id"], doc["markdown"], by_doc.get(doc["doc_id"], [])) for doc in docs]
+    if plans is None:
+        results = chunk_batch(jobs, counter, chunk_tokens, config.overlap_tokens, config.heading_prefix, chunker)
+    else:
+        memories = [plans.load(job.doc_id) for job in jobs]
+        before = [dict(memory) for memory in memories]
+        results, _ = chunk_remembering(jobs, memories, counter, chunk_tokens, config.overlap_tokens,
+                                       config.heading_prefix, chunker)
+        for job, memory, old in zip(jobs, memories, before):
+            if memory != old:
+                plans.save(job.doc_id, memory)
     rows = []
-    for doc in with_status(documents, "ok"):
-        doc_plans = plans.load(doc["doc_id"]) if plans is not None else None
-        before = dict(doc_plans) if doc_plans is not None else None
-        chunks = chunk_document(doc["doc_id"], doc["markdown"], by_doc.get(doc["doc_id"], []), counter,
-                                chunk_tokens, config.overlap_tokens, config.heading_prefix, doc_plans, chunker)
-        if plans is not None and doc_plans != before:
-            plans.save(doc["doc_id"], doc_plans)
+    for doc, chunks in zip(docs, results):
         for chunk in chunks:
             row = asdict(chunk)
             embed_text = row.pop("embed_text")
