@@ -224,10 +224,11 @@ def _documents():
 
     cases = Path(__file__).parents[1] / "cases" / "docs"
     texts = [path.read_text(encoding="utf-8") for path in sorted(cases.glob("*.md"))]
-    word = "x" * 3000  # one 'word' longer than any chunk: cut hard, inside the word
+    word = "ab." * 400  # 800 tokens without a space: cut hard, inside the 'word'
+    sentences = " ".join(f"Sentence {i} says one more thing about vacuum." for i in range(40))  # split at sentences
     navigation = "[Prev](a.html) | [Up](b.html) | [Next](c.html)"
     texts.append(f"# Hard cuts\n\nBefore {word} after.\n\n## Links between\n\nFirst paragraph of text.\n\n{navigation}\n\n"
-                 "Second paragraph, after the links.\n\n" + "\n\n".join(f"Para {i} about 数据库 and WAL." for i in range(40)))
+                 f"Second paragraph, after the links.\n\n{sentences}\n\n" + "\n\n".join(f"Para {i} about 数据库 and WAL." for i in range(40)))
     return texts
 
 
@@ -244,7 +245,7 @@ def test_chunk_counts_summed_across_whitespace_are_each_chunks_real_count(counte
     counted = chunk_documents(jobs(), NotAdditive(counter), chunk_tokens, overlap, True)
     assert [[asdict(c) for c in doc] for doc in summed] == [[asdict(c) for c in doc] for doc in counted]
     chunks = [chunk for doc in summed for chunk in doc]
-    assert len(chunks) > 10 and any("xxxx" in c.text for c in chunks) and any("[Up]" in c.text for c in chunks)
+    assert len(chunks) > 10 and any("ab.ab." in c.text for c in chunks) and any("[Up]" in c.text for c in chunks)
     real = counter.count([chunk.embed_text for chunk in chunks])
     assert [chunk.n_tokens for chunk in chunks] == [n + counter.special_tokens for n in real]
     assert max(chunk.n_tokens for chunk in chunks) <= chunk_tokens
