@@ -46,17 +46,28 @@ def test_update_to_with_another_top_folder_is_refused_before_the_full_phase(tmp_
 
 
 def test_bench_ingest_runs_on_the_shipped_default_backend(tmp_path, own_backend):
-    shutil.copytree(CASES / "docs", tmp_path / "docs")
+    for version in ("a", "b"):
+        shutil.copytree(CASES / "docs", tmp_path / version / "docs")
+    (tmp_path / "b" / "docs" / "backups.md").write_text("# Backups\n\nBack up every hour now.\n", encoding="utf-8")
+    (tmp_path / "b" / "docs" / "search.md").unlink()
     out = tmp_path / "ingest.json"
-    result, _ = invoke("ingest", "--corpus", str(tmp_path / "docs"), "--out", str(out), "--work-dir",
-                       str(tmp_path / "work"), "--json")
+    result, _ = invoke("ingest", "--corpus", str(tmp_path / "a" / "docs"), "--update-to", str(tmp_path / "b" / "docs"),
+                       "--out", str(out), "--work-dir", str(tmp_path / "work"), "--json")
     assert result.exit_code == 0, result.output
     measured = json.loads(out.read_text())
     assert measured["model_id"].startswith("e5small-torch-fp32:")  # the default, not the suite's MiniLM
     phases = {phase["phase"]: phase for phase in measured["phases"]}
     assert phases["full"]["texts_embedded"] > 0 and phases["rerun"]["texts_embedded"] == 0
+    # the no-op re-run again as a user runs it: a fresh `kbflow ingest` process, embedding nothing
+    assert phases["rerun-process"]["texts_embedded"] == 0 and phases["rerun-process"]["store_count"] == \
+        phases["full"]["store_count"] and phases["rerun-process"]["wall_s"] > phases["rerun"]["wall_s"]
+    assert 0 < phases["update"]["texts_embedded"] < phases["full"]["texts_embedded"]
+    assert phases["update"]["documents"]["removed"] == 1
     assert all(phase["peak_rss_mb"] > 0 for phase in phases.values())
     assert measured["floor"]["texts"] == phases["full"]["texts_embedded"]
+    ratios = measured["ratios"]
+    assert ratios["update_store_equals_fresh"] is True and ratios["rerun_texts_embedded"] == 0
+    assert ratios["update_over_full"] == round(phases["update"]["wall_s"] / phases["full"]["wall_s"], 4)
 
 
 def test_bench_search_records_recall_and_latency_for_every_ann_setting_it_tried(tmp_path, own_backend):

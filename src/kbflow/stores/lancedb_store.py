@@ -260,9 +260,8 @@ class LanceStore:
         """Every row (for verification and tests), sorted by chunk id."""
         if not self.exists():
             return store_schema(self.dimension).empty_table()
-        table = self.table.to_arrow()
-        table = table.select(columns) if columns else table
-        return table.sort_by("chunk_id")
+        table = self.table.to_arrow().sort_by("chunk_id")
+        return table.select(columns) if columns else table
 
     def size_bytes(self) -> int:
         folder = Path(self.uri) / f"{self.table_name}.lance"
