@@ -305,3 +305,24 @@ def test_an_update_tokenizes_only_the_texts_it_changed_and_gives_a_fresh_chunkin
     memories[0]["sections"] = {}
     _, tokenized = run(version_2, renamed)
     assert tokenized > 120
+
+
+def test_a_long_block_keeps_its_split_so_an_edit_beside_it_tokenizes_only_the_edit(counter):
+    from dataclasses import asdict
+
+    from kbflow.chunk.chunker import ChunkJob, chunk_documents
+    from kbflow.chunk.plans import chunk_remembering
+
+    # every paragraph is ~150 tokens, over a 64-token chunk: each is split into units at its spaces
+    body = "\n\n".join(f"Paragraph {i}: " + " ".join(f"word{i}x{j}" for j in range(30)) for i in range(20))
+    version_1 = f"# One section\n\n{body}\n\nStamp: 15.18.\n"
+    version_2 = version_1.replace("15.18", "15.20")
+    memories = [{}]
+    _, first = chunk_remembering([ChunkJob("d", version_1, split_markdown(version_1))], memories, counter, 64, 8,
+                                 True, "fp")
+    assert first > 20 * 30 and len(memories[0]["splits"]) == 20
+    chunks, second = chunk_remembering([ChunkJob("d", version_2, split_markdown(version_2))], memories, counter, 64,
+                                       8, True, "fp")
+    assert second == 1  # the stamp: the 20 long paragraphs' splits are reused, not redone
+    fresh = chunk_documents([ChunkJob("d", version_2, split_markdown(version_2))], counter, 64, 8, True)
+    assert [[asdict(c) for c in doc] for doc in chunks] == [[asdict(c) for c in doc] for doc in fresh]

@@ -21,6 +21,7 @@ import json
 import re
 from dataclasses import dataclass
 
+from kbflow.chunk.counters import count_key
 from kbflow.chunk.split import SPLIT_VERSION, Block
 from kbflow.chunk.tokens import TokenCounter
 from kbflow.search import tokens as words
@@ -91,9 +92,18 @@ def split_long(text: str, start: int, end: int, budget: int, counter: TokenCount
 
 def split_long_many(items: list[tuple[str, int, int, int, str]], counter: TokenCounter) -> list[list[Span]]:
     """``split_long`` of each (text, start, end, budget, kind), level by level over all of them at once: one
-    tokenizer call per level, not per block and level."""
-    pending = [(item, a, b, 0) for item, (_, a, b, _, _) in enumerate(items)]  # (item, start, end, next level)
+    tokenizer call per level, not per block and level. A counter with a ``splits`` memory (``MemoCounter``) keeps
+    each result by the block's text, budget and kind, and gives it back without tokenizing."""
+    memory: dict | None = getattr(counter, "splits", None)
+    keys = [split_key(text[a:b], budget, kind) for text, a, b, budget, kind in items] if memory is not None else []
     units: list[list[Span]] = [[] for _ in items]
+    pending = []  # (item, start, end, next level)
+    for item, (_, a, b, _, _) in enumerate(items):
+        if memory is not None and keys[item] in memory:
+            units[item] = [Span(a + start, a + end, n_tokens) for start, end, n_tokens in memory[keys[item]]]
+        else:
+            pending.append((item, a, b, 0))
+    fresh = {item for item, _, _, _ in pending}
     while pending:
         counts = counter.count([items[item][0][a:b] for item, a, b, _ in pending])
         next_pending: list[tuple[int, int, int, int]] = []
@@ -113,7 +123,17 @@ def split_long_many(items: list[tuple[str, int, int, int, str]], counter: TokenC
                         next_pending.append((item, piece_start, piece_end, level))
                     a = cut
         pending = next_pending
-    return [sorted(spans, key=lambda span: span.start) for spans in units]
+    units = [sorted(spans, key=lambda span: span.start) for spans in units]
+    if memory is not None:
+        for item in fresh:
+            memory[keys[item]] = [[span.start - items[item][1], span.end - items[item][1], span.tokens]
+                                  for span in units[item]]
+    return units
+
+
+def split_key(text: str, budget: int, kind: str) -> str:
+    """A long block's split in a ``MemoCounter``'s ``splits``: its text's count key, then the budget and kind."""
+    return f"{count_key(text)}:{budget}:{kind}"
 
 
 def heading_prefix_text(heading_path: list[str], counter: TokenCounter, max_tokens: int) -> str:

@@ -76,11 +76,13 @@ def count_key(text: str) -> str:
 @dataclass
 class MemoCounter:
     """Another counter, remembering each text's count by its hash: a text counted once (this run, or in a memo
-    kept from the last run) is never tokenized again. Counts are a pure function of the text and the tokenizer,
-    so a memo is only ever filled by one tokenizer (``name``) and reuse gives the same counts."""
+    kept from the last run) is never tokenized again; and, for the chunker, how each block too long for one chunk
+    was split. Both are pure functions of the text and the tokenizer, so a memo is only ever filled by one
+    tokenizer (``name``) and reuse gives the same counts."""
 
     inner: object
     memo: dict[str, int] = field(default_factory=dict)
+    splits: dict[str, list] = field(default_factory=dict)  # a long block's units (kbflow.chunk.chunker.split_long_many)
 
     def __post_init__(self) -> None:
         self.name = self.inner.name

@@ -7,7 +7,8 @@ never correctness:
 - ``sections``: section key -> plan (``kbflow.chunk.chunker.chunk_documents``): an unchanged section (same text,
   blocks, heading path, chunker fingerprint) is not chunked again at all;
 - ``counts``: text hash -> tokens (``kbflow.chunk.counters.MemoCounter``) for the document's blocks and chunks,
-  under the tokenizer named beside them: in a section that did change, only its new texts are tokenized.
+  and ``splits``: how each block too long for one chunk was cut into units, under the tokenizer named beside
+  them: in a section that did change, only its new texts are tokenized.
 
 One JSON file per document (``<state>/chunk-plans/<doc_id[:2]>/<doc_id>.json``), read before the document is
 chunked and rewritten after, through a temporary name and a rename. A removed document's file goes with it.
@@ -20,7 +21,7 @@ import os
 import uuid
 from pathlib import Path
 
-from kbflow.chunk.chunker import Chunk, ChunkJob, chunk_documents
+from kbflow.chunk.chunker import Chunk, ChunkJob, _trimmed, chunk_documents
 from kbflow.chunk.counters import MemoCounter, count_key
 from kbflow.chunk.tokens import TokenCounter
 
@@ -60,6 +61,7 @@ def chunk_remembering(jobs: list[ChunkJob], memories: list[dict], counter: Token
     for memory in memories:
         if memory.get("tokenizer") == counter.name and isinstance(memory.get("counts"), dict):
             memo.memo.update(memory["counts"])
+            memo.splits.update(memory.get("splits") or {})
     for job, memory in zip(jobs, memories):
         sections = memory.get("sections")
         job.plans = dict(sections) if isinstance(sections, dict) else {}
@@ -68,7 +70,10 @@ def chunk_remembering(jobs: list[ChunkJob], memories: list[dict], counter: Token
         keys = [count_key(job.markdown[block.char_start:block.char_end]) for block in job.blocks]
         keys += [chunk.embed_sha256[:24] for chunk in chunks]  # a chunk's embedded text, as the chunker counts it
         keys += [count_key(" > ".join(path) + "\n\n") for path in {tuple(b.heading_path) for b in job.blocks} if path]
+        trimmed = {count_key(job.markdown[slice(*_trimmed(job.markdown, block.char_start, block.char_end))])
+                   for block in job.blocks}  # what a long block's split is keyed by
         memory.clear()
         memory.update(tokenizer=counter.name, sections=job.plans,
-                      counts={key: memo.memo[key] for key in keys if key in memo.memo})
+                      counts={key: memo.memo[key] for key in keys if key in memo.memo},
+                      splits={key: units for key, units in memo.splits.items() if key.split(":", 1)[0] in trimmed})
     return results, memo.tokenized
