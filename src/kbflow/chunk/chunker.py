@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from bisect import bisect_left
 from dataclasses import dataclass
 
 from kbflow.chunk.counters import count_key
@@ -104,8 +105,11 @@ def split_long_many(items: list[tuple[str, int, int, int, str]], counter: TokenC
         else:
             pending.append((item, a, b, 0))
     fresh = {item for item, _, _, _ in pending}
+    offsets = _block_offsets(items, sorted(fresh), counter)
     while pending:
-        counts = counter.count([items[item][0][a:b] for item, a, b, _ in pending])
+        counts = [_count_from_offsets(items[item], offsets.get(item), a, b) for item, a, b, _ in pending]
+        counted = iter(counter.count([items[item][0][a:b] for (item, a, b, _), n in zip(pending, counts) if n is None]))
+        counts = [next(counted) if n is None else n for n in counts]
         next_pending: list[tuple[int, int, int, int]] = []
         for (item, a, b, level), n_tokens in zip(pending, counts):
             text, _, _, budget, kind = items[item]
@@ -129,6 +133,37 @@ def split_long_many(items: list[tuple[str, int, int, int, str]], counter: TokenC
             memory[keys[item]] = [[span.start - items[item][1], span.end - items[item][1], span.tokens]
                                   for span in units[item]]
     return units
+
+
+SEPARATORS = frozenset(" \t\n\r")
+CUT_MARKS = frozenset("。！？；．.!?;，、：,:")  # what SENTENCE_RE and CLAUSE_RE cut after: punctuation, to BERT
+
+
+def _block_offsets(items, fresh: list[int], counter) -> dict[int, tuple[list[int], list[int]]]:
+    """Token (starts, ends) of each fresh long block, relative to it, in one call: only for a counter whose counts
+    add up across whitespace and punctuation (BERT's WordPiece) and that can give offsets; {} otherwise."""
+    if not fresh or not getattr(counter, "additive_at_whitespace", False) or not hasattr(counter, "token_offsets"):
+        return {}
+    spans = counter.token_offsets([items[item][0][items[item][1]:items[item][2]] for item in fresh])
+    return {item: ([start for start, _ in each], [end for _, end in each]) for item, each in zip(fresh, spans)}
+
+
+def _count_from_offsets(item, offsets, a: int, b: int) -> int | None:
+    """Tokens of the piece ``text[a:b]`` of a long block, read from the block's own tokens, where that is exact:
+    both edges are the block's or lie at a word boundary the pre-tokenizer cuts at (plain whitespace beside it,
+    or after a sentence or clause mark, which BERT splits off), and no token crosses them. None: count it."""
+    if offsets is None:
+        return None
+    text, lo, hi = item[0], item[1], item[2]
+    if not (a == lo or text[a - 1] in SEPARATORS or text[a - 1] in CUT_MARKS):
+        return None
+    if not (b == hi or text[b] in SEPARATORS or text[b - 1] in CUT_MARKS):
+        return None
+    starts, ends = offsets
+    first, last = bisect_left(starts, a - lo), bisect_left(starts, b - lo)
+    if (first > 0 and ends[first - 1] > a - lo) or (last > 0 and ends[last - 1] > b - lo):
+        return None
+    return last - first
 
 
 def split_key(text: str, budget: int, kind: str) -> str:

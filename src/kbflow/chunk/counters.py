@@ -67,6 +67,9 @@ class PrefixedCounter:
     def cut(self, text: str, max_tokens: int) -> int:
         return self.inner.cut(text, max_tokens)
 
+    def token_offsets(self, texts: list[str]) -> list[list[tuple[int, int]]]:
+        return self.inner.token_offsets(texts)
+
 
 def count_key(text: str) -> str:
     """A counted text's key in a ``MemoCounter``: the head of its SHA-256, as a chunk's ``embed_sha256`` starts."""
@@ -101,3 +104,7 @@ class MemoCounter:
 
     def cut(self, text: str, max_tokens: int) -> int:
         return self.inner.cut(text, max_tokens)
+
+    def token_offsets(self, texts: list[str]) -> list[list[tuple[int, int]]]:
+        self.tokenized += len(texts)
+        return self.inner.token_offsets(texts)

@@ -56,6 +56,14 @@ class HFTokenCounter:
             counts.extend(len(encoding.ids) for encoding in encodings)
         return counts
 
+    def token_offsets(self, texts: list[str]) -> list[list[tuple[int, int]]]:
+        """Each text's tokens as (start, end) character offsets, specials excluded."""
+        spans: list[list[tuple[int, int]]] = []
+        for start in range(0, len(texts), BATCH):
+            spans.extend(encoding.offsets for encoding in
+                         self._tokenizer.encode_batch(texts[start:start + BATCH], add_special_tokens=False))
+        return spans
+
     def cut(self, text: str, max_tokens: int) -> int:
         offsets = self._tokenizer.encode(text, add_special_tokens=False).offsets
         if len(offsets) <= max_tokens:
@@ -70,6 +78,8 @@ def additive_at_whitespace(tokenizer: dict) -> bool:
     normaliser maps each character on its own (control characters dropped, CJK padded, accents stripped,
     lowercased), whose pre-tokenizer cuts at whitespace (and punctuation) before the model sees a word, and whose
     model reads each word alone; and only when no added token holds whitespace (it could match across the join).
+    The same pre-tokenizer splits off every punctuation mark, so counts add up after one as well (the chunker
+    relies on both: ``kbflow.chunk.chunker._count_from_offsets``).
     Anything else (SentencePiece's Metaspace, byte-level BPE) is not assumed additive: its chunks are counted."""
     normalizer, pre_tokenizer, model = (tokenizer.get(key) or {} for key in ("normalizer", "pre_tokenizer", "model"))
     return (normalizer.get("type") == "BertNormalizer" and pre_tokenizer.get("type") == "BertPreTokenizer"
