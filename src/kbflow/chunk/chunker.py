@@ -98,33 +98,35 @@ def split_long_many(items: list[tuple[str, int, int, int, str]], counter: TokenC
     memory: dict | None = getattr(counter, "splits", None)
     keys = [split_key(text[a:b], budget, kind) for text, a, b, budget, kind in items] if memory is not None else []
     units: list[list[Span]] = [[] for _ in items]
-    pending = []  # (item, start, end, next level)
+    pending = []  # (item, start, end, next level, made by a hard cut)
     for item, (_, a, b, _, _) in enumerate(items):
         if memory is not None and keys[item] in memory:
             units[item] = [Span(a + start, a + end, n_tokens) for start, end, n_tokens in memory[keys[item]]]
         else:
-            pending.append((item, a, b, 0))
-    fresh = {item for item, _, _, _ in pending}
+            pending.append((item, a, b, 0, False))
+    fresh = {item for item, _, _, _, _ in pending}
     offsets = _block_offsets(items, sorted(fresh), counter)
     while pending:
-        counts = [_count_from_offsets(items[item], offsets.get(item), a, b) for item, a, b, _ in pending]
-        counted = iter(counter.count([items[item][0][a:b] for (item, a, b, _), n in zip(pending, counts) if n is None]))
+        # a hard cut's pieces are always tokenized: the cut itself is the tokenizer's, so they cannot disagree
+        counts = [None if hard else _count_from_offsets(items[item], offsets.get(item), a, b)
+                  for item, a, b, _, hard in pending]
+        counted = iter(counter.count([items[item][0][a:b] for (item, a, b, _, _), n in zip(pending, counts) if n is None]))
         counts = [next(counted) if n is None else n for n in counts]
-        next_pending: list[tuple[int, int, int, int]] = []
-        for (item, a, b, level), n_tokens in zip(pending, counts):
+        next_pending: list[tuple[int, int, int, int, bool]] = []
+        for (item, a, b, level, _), n_tokens in zip(pending, counts):
             text, _, _, budget, kind = items[item]
             levels = LONG_LEVELS if kind in ("code", "table", "list") else PROSE_LEVELS
             if n_tokens <= budget:
                 units[item].append(Span(a, b, n_tokens))
             elif level < len(levels):
-                next_pending.extend((item, pa, pb, level + 1) for pa, pb in _pieces(text, a, b, levels[level]))
+                next_pending.extend((item, pa, pb, level + 1, False) for pa, pb in _pieces(text, a, b, levels[level]))
             else:
                 while a < b:  # hard cut at the token limit, tokenizing a bounded window, not the whole rest
                     window_end = min(b, a + budget * HARD_CUT_WINDOW)
                     cut = a + counter.cut(text[a:window_end], budget)
                     piece_start, piece_end = _trimmed(text, a, cut)
                     if piece_end > piece_start:
-                        next_pending.append((item, piece_start, piece_end, level))
+                        next_pending.append((item, piece_start, piece_end, level, True))
                     a = cut
         pending = next_pending
     units = [sorted(spans, key=lambda span: span.start) for spans in units]
