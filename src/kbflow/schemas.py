@@ -49,6 +49,7 @@ CHUNKS = pa.schema(
         ("embed_prefix", pa.string()),  # heading context the model reads before the text (not stored in the text)
         ("embed_sha256", pa.string()),  # of embed_prefix + text, what the model reads: the vector cache key
         ("chunker", pa.string()),
+        ("text_tokens", pa.large_string()),  # BM25 words of text (kbflow.search.tokens), stored with the row
     ]
 )
 

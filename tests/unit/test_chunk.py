@@ -346,3 +346,32 @@ def test_a_long_blocks_units_each_hold_the_count_its_text_really_has(counter, pa
     units = split_long(text, 0, len(text), budget, counter, kind)
     assert [unit.tokens for unit in units] == counter.count([text[u.start:u.end] for u in units])
     assert all(unit.tokens <= budget for unit in units)
+
+
+def test_bm25_words_of_an_updates_unchanged_chunks_come_from_memory_until_the_word_tokenizer_changes(
+        counter, tmp_path, monkeypatch):
+    import pyarrow as pa
+
+    from kbflow.chunk.plans import PlanCache
+    from kbflow.config import ChunkConfig
+    from kbflow.engine import rows
+    from kbflow.search.tokens import tokens_text
+
+    cut = []
+    monkeypatch.setattr(rows, "tokens_text", lambda text: cut.append(text) or tokens_text(text))
+    body = "\n\n".join(f"## Part {i}\n\nPart {i} explains 数据库 replication and WAL shipping." for i in range(12))
+
+    def run(markdown):
+        documents = pa.table({"doc_id": ["d1"], "status": ["ok"], "markdown": [markdown]})
+        cut.clear()
+        return rows.chunk_documents(documents, rows.split_documents(documents), counter, 64, ChunkConfig(), "fp",
+                                    PlanCache(tmp_path / "plans"))
+
+    first = run(f"# Manual 15.18\n\n{body}\n")
+    assert len(cut) == first.num_rows > 10  # every chunk's words cut once
+    second = run(f"# Manual 15.20\n\n{body}\n")
+    assert len(cut) == 1  # only the chunk whose text changed
+    assert second.column("text_tokens").to_pylist() == [tokens_text(t) for t in second.column("text").to_pylist()]
+    monkeypatch.setattr(rows, "TOKENIZER_VERSION", "jieba-99")  # words kept under another version are not used
+    third = run(f"# Manual 15.20\n\n{body}\n")
+    assert len(cut) == third.num_rows

@@ -66,8 +66,11 @@ def split_cache_key(batch: str) -> str:
     return "split-" + digest(SPLIT_VERSION, batch)
 
 
+CHUNK_STAGE_VERSION = "2"  # what the chunk stage returns: 2 = its chunks carry their BM25 words (text_tokens)
+
+
 def chunk_cache_key(batch: str, chunker: str) -> str:
-    return "chunk-" + digest(CHUNK_VERSION, batch, chunker)
+    return "chunk-" + digest(CHUNK_VERSION, CHUNK_STAGE_VERSION, batch, chunker)
 
 
 def convert(sources: list[SourceFile], options: ConvertConfig, cache_dir: str | None, done_before: int = 0,
