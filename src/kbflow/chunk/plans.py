@@ -1,14 +1,16 @@
 """Each document's chunk plans and token counts, kept beside the namespace's state, so re-chunking a changed
 document costs what changed.
 
-Two memories, both pure functions of what they are keyed by, so a stale, missing or unreadable file costs time,
+Memories that are pure functions of what they are keyed by, so a stale, missing or unreadable file costs time,
 never correctness:
 
 - ``sections``: section key -> plan (``kbflow.chunk.chunker.chunk_documents``): an unchanged section (same text,
   blocks, heading path, chunker fingerprint) is not chunked again at all;
 - ``counts``: text hash -> tokens (``kbflow.chunk.counters.MemoCounter``) for the document's blocks and chunks,
   and ``splits``: how each block too long for one chunk was cut into units, under the tokenizer named beside
-  them: in a section that did change, only its new texts are tokenized.
+  them: in a section that did change, only its new texts are tokenized;
+- ``words``: chunk text hash -> BM25 words, under ``words_version`` (written by
+  ``kbflow.engine.rows.chunk_documents``): an unchanged chunk's words are not cut again.
 
 One JSON file per document (``<state>/chunk-plans/<doc_id[:2]>/<doc_id>.json``), read before the document is
 chunked and rewritten after, through a temporary name and a rename. A removed document's file goes with it.
