@@ -74,12 +74,16 @@ def _phase(name: str, sources: list[str], namespace: str, data_dir: Path, config
     _reset_phase_peak()
     started = time.perf_counter()
     summary = api.ingest(sources, namespace, config, data_dir)
-    wall = time.perf_counter() - started
+    return _phase_row(name, time.perf_counter() - started, summary, _phase_peak_mb())
+
+
+def _phase_row(name: str, wall: float, summary: dict, peak_rss_mb: float | None) -> dict:
+    """A phase's line in the result, from the run summary it produced."""
     return {"phase": name, "wall_s": round(wall, 3), "texts_embedded": summary["chunks"]["embedded"],
             "chunks_reused": summary["chunks"]["reused"], "chunks_written": summary["chunks"]["written"],
             "chunks_deleted": summary["chunks"]["deleted"],
             "store_count": summary["store"]["count"], "documents": summary["documents"],
-            "stage_seconds": summary["seconds"], "run_id": summary["run_id"], "peak_rss_mb": _phase_peak_mb()}
+            "stage_seconds": summary["seconds"], "run_id": summary["run_id"], "peak_rss_mb": peak_rss_mb}
 
 
 def _process_rerun(sources: list[str], namespace: str, data_dir: Path, config) -> dict:
@@ -94,13 +98,9 @@ def _process_rerun(sources: list[str], namespace: str, data_dir: Path, config) -
     wall = time.perf_counter() - started
     if done.returncode != 0:
         raise RuntimeError(f"the re-run process failed ({done.returncode}): {done.stderr[-2000:]}")
-    summary = json.loads(done.stdout)
-    return {"phase": "rerun-process", "wall_s": round(wall, 3), "texts_embedded": summary["chunks"]["embedded"],
-            "chunks_reused": summary["chunks"]["reused"], "chunks_written": summary["chunks"]["written"],
-            "chunks_deleted": summary["chunks"]["deleted"], "store_count": summary["store"]["count"],
-            "documents": summary["documents"], "stage_seconds": summary["seconds"], "run_id": summary["run_id"],
-            # the largest child's peak: this process starts no other child
-            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)}
+    # the largest child's peak: this process starts no other child
+    return _phase_row("rerun-process", wall, json.loads(done.stdout),
+                      round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1))
 
 
 # what a row holds apart from its ids (doc ids hash the namespace): equal in an updated store and a fresh one
