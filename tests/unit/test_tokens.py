@@ -104,3 +104,34 @@ def test_a_memo_counter_tokenizes_each_new_text_once_and_keeps_the_inner_counter
     assert memo.memo[count_key("hello there")] == 2 and len(count_key("x")) == 24
     assert (memo.name, memo.special_tokens, memo.additive_at_whitespace) == (_MINILM.name, 2, True)
     assert memo.cut("hello world unbelievable", 2) == 11
+
+
+# --- BM25 words: each jieba block segmented once -------------------------------------------------------------
+from kbflow.search import tokens as bm25_tokens  # noqa: E402
+
+_BM25_ALPHABET = st.sampled_from(
+    list("abcXYZ019 \t\n\r.-_+#&%/,;:()'\"") + ["\u3000", "\u00a0", "\r\n", "é", "İ", "ß", "ｱ", "Ａ", "ひ", "\u0085"]
+    + list("数据库事务隔离级别你好世界的了是北京大学生") + ["\u9fd5", "\u9fd6", "\U00020000"])
+
+
+def test_bm25_blocks_are_jiebas_own():
+    import jieba
+
+    assert bm25_tokens._BLOCK.pattern == jieba.re_han_default.pattern  # a jieba upgrade that changes it fails here
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(_BM25_ALPHABET, st.sampled_from(["pg_stat_activity", "e.g.", "C++", "3.14", "数据库",
+                                                           "PostgreSQL", "x" * 70, "数" * 70])), max_size=60))
+def test_bm25_words_equal_jieba_on_the_whole_text(parts):
+    text = "".join(parts)
+    assert bm25_tokens.words(text) == bm25_tokens._jieba_words(text)
+
+
+def test_bm25_words_segment_each_distinct_block_once():
+    bm25_tokens._block_words.cache_clear()
+    text = "The table and the index; the table again. 数据库 and 数据库 again"
+    bm25_tokens.words(text)
+    info = bm25_tokens._block_words.cache_info()
+    blocks = bm25_tokens._BLOCK.findall(text)  # 12 blocks, 8 distinct ('again.' and 'again' are two)
+    assert (info.misses, info.hits) == (len(set(blocks)), len(blocks) - len(set(blocks))) == (8, 4)
