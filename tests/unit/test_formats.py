@@ -173,3 +173,30 @@ def test_html_site_banner_and_logo_links_go():
     markdown = converted("debian-handbook-zh-rights.html").markdown
     assert markdown.startswith("## 9.3") and "管理权限" in markdown.splitlines()[0]
     assert "Download the ebook" not in markdown and "image_left.png" not in markdown
+
+
+_HTML_EDGES = [
+    "<p>No html or body element, a fragment</p><p>second   paragraph\n\n\n\nwith gaps</p>",
+    "<html><head><title>T</title><style>p{}</style></head><body><h2>Head <a href='x.html'>link</a></h2>"
+    "<pre><code>SELECT 1;\n\n\n\n  -- trailing   \nEND;</code></pre><p>text &amp; entities &lt;ok&gt; &#x4e2d;</p>"
+    "<!-- a comment --><table><tr><th>a</th><th>b</th></tr><tr><td>1</td><td><p>cell</p><p>two</p></td></tr></table>"
+    "<ul><li>one<li>two<ul><li>nested</li></ul></ul><dl><dt><code>term</code></dt><dd>definition</dd></dl>"
+    "<a href='javascript:alert(1)'>js</a> <img src='data:image/png;base64,AAAA' alt='pic'><br/>after break"
+    "<section><p>untitled section</p></section><section><h3>titled</h3>body</section>tail text</body></html>",
+    "<body>  <p>  leading spaces  </p>\t<div><div><span>deep</span> <b>bold</b><i> italic </i></div></div></body>",
+]
+
+
+@pytest.mark.parametrize("page", ["tutorial-concepts.html", "debian-handbook-zh-rights.html", *_HTML_EDGES])
+def test_html_markdown_is_markitdowns_of_the_cleaned_page(page):
+    """The converter walks its cleaned soup with markitdown's own markdownify options instead of serialising
+    the soup and having markitdown parse it again: the Markdown must be the same, byte for byte."""
+    from markitdown import MarkItDown, StreamInfo
+
+    from kbflow.convert.formats.html import clean_soup, markitdown_markdown
+
+    if page.endswith(".html"):
+        page = next(CASES.rglob(page)).read_text(encoding="utf-8")
+    via_markitdown = MarkItDown().convert_stream(io.BytesIO(str(clean_soup(page)).encode("utf-8")),
+                                                 stream_info=StreamInfo(extension=".html", charset="utf-8"))
+    assert markitdown_markdown(clean_soup(page), "page.html") == via_markitdown.text_content

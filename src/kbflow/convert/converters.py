@@ -136,7 +136,7 @@ def convert_bytes(data: bytes, name: str, source: str, options: ConvertConfig | 
         transcript, backend = transcribe(data, source, suffix, options)
         markdown, path = transcript + "\n" if transcript else "", f"audio-{backend}"
     elif suffix in HTML_SUFFIXES:
-        markdown, encoding = convert_html(data, source, options.html_max_depth, _get_markitdown())
+        markdown, encoding = convert_html(data, source, options.html_max_depth)
         path = "html"
     elif suffix in ZIP_SUFFIXES:
         raise ConversionError(f"{source}: a ZIP archive inside an archive is not opened; unpack the outer archive "
