@@ -185,6 +185,41 @@ def test_lancedb_builds_indexes_by_size_and_keeps_them_fresh(tmp_path):
     assert len({h.chunk_id for h in ann} & {h.chunk_id for h in exact}) >= 8
 
 
+def test_the_vector_index_has_root_rows_partitions_and_is_trained_again_as_the_table_grows(tmp_path):
+    """IVF partitions = sqrt(rows) at training, so a query's cost grows with the root of the table; rows added
+    later are folded into the old partitions until the table has grown fourfold, then the index is trained again.
+    An index of another type (or one whose training size is unknown) is rebuilt as the configured type."""
+    vectors = unit_vectors(2600)
+
+    def vector_index(store):
+        return next(c for c in store.table.list_indices() if c.columns == ["vector"])
+
+    store = LanceStore(tmp_path / "l", "grow", DIM, vector_index_min_rows=400)
+    store.upsert(numbered_rows(vectors, 0, 400))
+    assert (vector_index(store).name, vector_index(store).index_type) == ("vector_ivf20", "IvfFlat")
+    store.upsert(numbered_rows(vectors, 400, 1599))  # 1,599 rows < 4 x 20²: updated, not trained again
+    assert vector_index(store).name == "vector_ivf20" and store.stats()["indexes"]["vector"]["unindexed_rows"] == 0
+    assert store.refresh_indexes() == {}
+    store.upsert(numbered_rows(vectors, 1599, 1600))  # 1,600 = 4 x 20²: trained again with sqrt(1600) partitions
+    assert vector_index(store).name == "vector_ivf40"
+    assert store.stats()["indexes"]["vector"]["indexed_rows"] == 1600
+    ann = store.search_vector(vectors[1234], 10)
+    assert ann[0].chunk_id == f"{1234:032x}"
+
+    hnsw = LanceStore(tmp_path / "l", "grow", DIM, vector_index_min_rows=400, vector_index_type="IVF_HNSW_SQ")
+    assert hnsw.refresh_indexes() == {"vector": "retrained IVF_HNSW_SQ"}
+    assert (vector_index(hnsw).name, vector_index(hnsw).index_type) == ("vector_ivf40", "IvfHnswSq")
+    hnsw.table.create_index(metric="cosine", vector_column_name="vector", index_type="IVF_HNSW_SQ", replace=True,
+                            num_partitions=2)  # as an older kbflow named it: 'vector_idx', training size unknown
+    assert vector_index(hnsw).name == "vector_idx"
+    assert hnsw.refresh_indexes() == {"vector": "retrained IVF_HNSW_SQ"}
+    assert vector_index(hnsw).name == "vector_ivf40" and hnsw.refresh_indexes() == {}
+    hnsw.table.create_index(metric="cosine", vector_column_name="vector", index_type="IVF_HNSW_SQ", replace=True,
+                            num_partitions=2, name="vector_ivf1")  # a crash between a training and its drop
+    assert hnsw.refresh_indexes() == {"vector": "retrained IVF_HNSW_SQ"}
+    assert [c.name for c in hnsw.table.list_indices() if c.columns == ["vector"]] == ["vector_ivf40"]
+
+
 def test_full_text_index_is_updated_by_row_count_not_share(tmp_path, monkeypatch):
     """Every row outside the full-text index is tokenized on every BM25 query (10k of them took a 100k table's
     p50 from 11 to 127 ms), so that index is updated after a fixed number of new rows, not 10 % of the table."""

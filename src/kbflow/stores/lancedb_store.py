@@ -13,6 +13,14 @@ searched (exactly), so a stale index costs time, never results; how much time di
 
 Both updates are one ``optimize`` (about 4 s at 100k rows, against minutes of embedding per document batch).
 
+The vector index is IVF (default IVF_FLAT) with ``ann_partitions(rows)`` = √rows partitions, so a query that
+probes ``ann_nprobes`` of them reads ~nprobes·√rows vectors: its cost grows with the root of the table, and recall
+stays put (1M rows: recall@10 0.995 at nprobes 20, docs/retrieval.md). Rows written later are folded into the
+partitions the index was trained with, which then grow; once the table holds ``ANN_RETRAIN_GROWTH`` times the
+rows of its last training the index is trained again (1M rows of 384-d: about a minute). The partition count is
+in the index's name (``vector_ivf<partitions>``); an index of another type than the configured one, or one from
+an older kbflow (no count in its name), is rebuilt at the next refresh.
+
 Building the vector index costs memory in proportion to the table (k-means and the HNSW graph over every row:
 +180 MB at 13k rows of 512-d vectors). An ingest run sets ``defer_vector_index`` while it writes its batches and
 builds or updates that index once, after the last batch, when the batches' own memory is already freed, so the
@@ -21,6 +29,8 @@ two peaks do not add up.
 
 from __future__ import annotations
 
+import math
+import re
 from pathlib import Path
 
 import lancedb
@@ -36,6 +46,13 @@ HIT_COLUMNS = ["chunk_id", "doc_id", "source_path", "heading_path", "text"]
 INDEX_STALE_FRACTION = 0.1  # vector index: share of rows outside it that triggers an update
 FTS_STALE_ROWS = 1_000  # full-text index: rows outside it that trigger an update (~11 ms per query at most)
 FTS_COLUMN = "text_tokens"
+ANN_RETRAIN_GROWTH = 4  # rows / rows at the vector index's last training that trigger a new training (√4 = 2x partitions)
+_IVF_NAME = re.compile(r"^vector_ivf(\d+)$")
+
+
+def ann_partitions(rows: int) -> int:
+    """IVF partitions for a table of ``rows``: √rows (LanceDB's own rule for IVF_PQ, applied to every IVF type)."""
+    return max(1, round(math.sqrt(rows)))
 # A matched chunk is rewritten only when a stored column differs. Its id fixes the document and the text; the rest
 # (position, heading path, the text the model read, BM25 words) can change under the same id when text above it
 # moves. The vector follows from embed_sha256: a table holds one model (kbflow.engine.reembed). A patch release
@@ -92,7 +109,7 @@ class LanceStore:
     defer_vector_index = False  # True: writes keep the full-text index fresh, the vector index waits for a refresh
 
     def __init__(self, uri: str | Path, namespace: str, dimension: int, vector_index_min_rows: int = 10_000,
-                 vector_index_type: str = "IVF_HNSW_SQ", ann_nprobes: int = 20, ann_ef: int = 128,
+                 vector_index_type: str = "IVF_FLAT", ann_nprobes: int = 20, ann_ef: int = 128,
                  ann_refine_factor: int | None = None):
         self.uri = str(uri)
         self.namespace = namespace
@@ -164,6 +181,27 @@ class LanceStore:
         """How many rows may wait outside this index before it is updated (see the module docstring)."""
         return FTS_STALE_ROWS if column == FTS_COLUMN else INDEX_STALE_FRACTION * rows
 
+    def _train_vector_index(self, rows: int) -> None:
+        """A new vector index, then the old ones dropped (an index of another name is not replaced but added:
+        until the drop, a search uses either, and a crash in between leaves both for the next training)."""
+        partitions = ann_partitions(rows)
+        name = f"vector_ivf{partitions}"
+        self.table.create_index(metric="cosine", vector_column_name="vector", index_type=self.vector_index_type,
+                                num_partitions=partitions, name=name, replace=True)
+        for config in self.table.list_indices():
+            if config.columns == ["vector"] and config.name != name:
+                self.table.drop_index(config.name)
+
+    def _vector_index_outgrown(self, config, rows: int) -> bool:
+        """True when the index is not the configured type, or the table has grown ``ANN_RETRAIN_GROWTH``-fold
+        since its training (or its training size is unknown: an index an older kbflow built), or it is not alone."""
+        if sum(c.columns == ["vector"] for c in self.table.list_indices()) > 1:
+            return True
+        if config.index_type.replace("_", "").lower() != self.vector_index_type.replace("_", "").lower():
+            return True
+        trained = _IVF_NAME.match(config.name)
+        return trained is None or rows >= ANN_RETRAIN_GROWTH * int(trained.group(1)) ** 2
+
     def _write_done(self) -> None:
         self.refresh_indexes(skip_vector=self.defer_vector_index)
 
@@ -187,9 +225,11 @@ class LanceStore:
         if skip_vector:
             indexes.pop("vector", None)
         elif "vector" not in indexes and (rows >= self.vector_index_min_rows or force_vector):
-            self.table.create_index(metric="cosine", vector_column_name="vector", index_type=self.vector_index_type,
-                                    replace=True)
+            self._train_vector_index(rows)
             done["vector"] = f"created {self.vector_index_type}"
+        elif "vector" in indexes and self._vector_index_outgrown(indexes["vector"], rows):
+            self._train_vector_index(rows)
+            done["vector"] = f"retrained {self.vector_index_type}"
         stale = [name for name, config in indexes.items() if name not in done
                  and self.table.index_stats(config.name).num_unindexed_rows > self._stale_after(name, rows)]
         if stale:
