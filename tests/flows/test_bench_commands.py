@@ -79,7 +79,8 @@ def test_bench_search_records_recall_and_latency_for_every_ann_setting_it_tried(
                        "--real-vectors", "5", "--queries", "12", "--out", str(out), "--work-dir", str(tmp_path / "w"))
     assert result.exit_code == 0, result.output
     run = json.loads(out.read_text())["runs"][0]
-    assert run["rows"] == 600 and run["vector_index_type"] == "IVF_HNSW_SQ"
+    assert run["rows"] == 600 and run["vector_index_type"] == "IVF_FLAT"
+    assert run["vector_index_name"] == "vector_ivf24"  # sqrt(600) partitions
     sweep = run["ann_sweep"]
     assert [(s["nprobes"], s["ef"], s["refine_factor"]) for s in sweep] == ANN_GRID
     assert all(0.0 <= s["recall@10"] <= 1.0 and s["p50_ms"] > 0 for s in sweep)
