@@ -15,6 +15,7 @@ from kbflow.environment import set_quiet_offline_defaults
 set_quiet_offline_defaults()  # before Prefect reads its settings: offline models, run logs to the API, a quiet console
 
 from kbflow.config import KbConfig, check_namespace, load_config  # noqa: E402
+from kbflow.convert.objects import is_url  # noqa: E402
 from kbflow.engine.ingest import IngestJob  # noqa: E402
 from kbflow.engine.ingest import ingest as run_engine_ingest  # noqa: E402
 from kbflow.engine.reembed import reembed as run_engine_reembed  # noqa: E402
@@ -87,7 +88,7 @@ def ingest(sources: list[str] | None, namespace: str | None = None, config: KbCo
         if not str(source).strip():
             raise ConfigError("an empty source path was given; pass an existing file or folder (an empty string "
                               "would mean the current directory)")
-        if not Path(source).exists():  # fail before any work
+        if not is_url(source) and not Path(source).exists():  # fail before any work (a URL: at its listing)
             raise ConfigError(f"source {str(source)!r} does not exist: pass an existing file or folder")
     cfg = _config(config, data_dir)
     return _run_ingest(cfg, IngestJob([str(s) for s in sources] if sources else None, namespace,
@@ -99,7 +100,7 @@ def add_document(path: str | Path, namespace: str | None = None, config: KbConfi
     """Add (or update) one file, or a folder's files, without touching the namespace's other documents (``ingest``
     instead makes the namespace hold exactly its sources and removes the rest). The document id comes from the
     path relative to the file's own folder, so adding ``a/x.md`` and ``b/x.md`` is one document, the later one."""
-    if not str(path).strip() or not Path(path).exists():
+    if not str(path).strip() or not (is_url(path) or Path(path).exists()):
         raise ConfigError(f"document {str(path)!r} does not exist: pass an existing file or folder")
     return _run_ingest(_config(config, data_dir), IngestJob([str(path)], namespace, force=force, add_only=True))
 

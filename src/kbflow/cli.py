@@ -519,7 +519,8 @@ def bench_chunk(
 
 @app.command("convert")
 def convert_files(
-    paths: list[Path] = typer.Argument(..., help="Files and folders to convert, recursively (ZIP members too)."),
+    paths: list[str] = typer.Argument(..., help="Files and folders to convert, recursively (ZIP members too), or "
+                                      "an object-storage URL (s3://bucket/prefix/)."),
     out_dir: Path = typer.Option(..., "--out", help="Folder that receives one <source path>.md per file."),
     workers: Optional[int] = typer.Option(None, "--workers", help="Processes converting in parallel (default: config)."),
     config: Optional[Path] = ConfigOpt,
@@ -534,8 +535,8 @@ def convert_files(
         if workers is not None:
             options = options.model_copy(update={"workers": workers})
         for path in paths:
-            if not path.exists() and not path.is_symlink():
-                raise KbflowError(f"{str(path)!r} does not exist: pass existing files or folders")
+            if "://" not in path and not Path(path).exists() and not Path(path).is_symlink():
+                raise KbflowError(f"{path!r} does not exist: pass existing files or folders")
         result = convert_to_folder(paths, out_dir, options)
     except KbflowError as exc:
         _fail(exc, as_json)

@@ -183,9 +183,12 @@ def sources_of(config: KbConfig, schedule: ScheduleConfig) -> list[str]:
 def changed_since(sources: list[str], since: datetime) -> bool:
     """Whether any file under ``sources`` was modified at or after ``since`` (a stat walk, no hashing).
 
-    A missing source counts as changed: the ingest then reports it properly instead of the backfill hiding it."""
+    A missing source counts as changed: the ingest then reports it properly instead of the backfill hiding it; so
+    does a URL source (object storage has no cheap stat walk here: the ingest's own scan decides)."""
     cutoff = (since if since.tzinfo else since.replace(tzinfo=timezone.utc)).timestamp()
     for source in sources:
+        if "://" in str(source):
+            return True
         root = Path(source)
         if not root.exists():
             return True

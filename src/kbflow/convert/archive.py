@@ -11,6 +11,7 @@ import posixpath
 import zipfile
 from dataclasses import dataclass
 
+from kbflow.convert.objects import zip_source
 from kbflow.errors import ConversionError
 
 MEMBER_SEP = "!/"
@@ -34,7 +35,7 @@ def member_escapes(name: str) -> bool:
 def open_archive(path: str, source_path: str, limits: ArchiveLimits) -> tuple[zipfile.ZipFile, list[zipfile.ZipInfo]]:
     """Open and check an archive as a whole; the file members (folders left out). Raises ConversionError."""
     try:
-        archive = zipfile.ZipFile(path)
+        archive = zipfile.ZipFile(zip_source(path))  # an object's bytes are read into memory
     except (zipfile.BadZipFile, OSError, ValueError) as exc:
         raise ConversionError(
             f"{source_path}: not a readable ZIP archive ({exc}); repair or re-create it, or exclude it with convert.exclude"

@@ -19,6 +19,7 @@ from pathlib import Path, PurePosixPath
 import pyarrow as pa
 
 from kbflow.convert.archive import ZIP_SUFFIXES, ArchiveLimits, open_archive, read_member
+from kbflow.convert.objects import read_bytes
 from kbflow.config import ConvertConfig
 from kbflow.errors import ConversionError
 from kbflow.convert.formats.audio import AUDIO_SUFFIXES, audio_fingerprint, transcribe
@@ -188,7 +189,7 @@ def convert_file(path: str, source_path: str, options: ConvertConfig | None = No
         archive.close()
         raise ConversionError(f"{source_path}: a ZIP archive is ingested member by member; scan it again")
     try:
-        data = Path(path).read_bytes()
+        data = read_bytes(path)  # a local file or an object (kbflow.convert.objects)
     except OSError as exc:
         raise ConversionError(f"{source_path}: cannot be read ({exc.strerror or exc}); fix its permissions or "
                               "exclude it with convert.exclude") from None

@@ -1,4 +1,5 @@
-"""Scan sources: walk files and folders, hash bytes, give every file a stable document id."""
+"""Scan sources: walk files and folders (local, or objects under an fsspec URL), hash bytes, give every file a
+stable document id."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import fnmatch
 import hashlib
 import mimetypes
 import os
+import posixpath
 from dataclasses import dataclass
 from pathlib import Path
 
 from kbflow.convert.archive import MEMBER_SEP, ZIP_SUFFIXES, ArchiveLimits, member_escapes, open_archive, read_member
+from kbflow.convert.objects import is_url, list_objects, modified, sha256_object, url_of
 from kbflow.errors import ConfigError, ConversionError
 
 HASH_CHUNK = 1 << 20
@@ -111,16 +114,17 @@ def _unreadable_source(path: Path, source_path: str, namespace: str) -> SourceFi
                           unreadable=f"{reason} (-> {target!r}): {exc.strerror}; fix the link or remove it")
 
 
-def archive_members(path: Path, source_path: str, namespace: str, limits: ArchiveLimits,
-                    include: list[str], exclude: list[str]) -> list[SourceFile] | None:
-    """One source per file member of a ZIP archive; None when the archive as a whole is refused (then the
-    archive itself becomes a source whose conversion fails with the reason)."""
+def archive_members(path: Path | str, source_path: str, namespace: str, limits: ArchiveLimits,
+                    include: list[str], exclude: list[str], mtime: float | None = None) -> list[SourceFile] | None:
+    """One source per file member of a ZIP archive (a local path or an object's URL, then with its ``mtime``);
+    None when the archive as a whole is refused (then the archive itself becomes a source whose conversion fails
+    with the reason)."""
     try:
         archive, members = open_archive(str(path), source_path, limits)
     except ConversionError:
         return None
     found = []
-    stat = path.stat()
+    mtime = Path(path).stat().st_mtime if mtime is None else mtime
     with archive:
         for info in members:
             parts = info.filename.replace("\\", "/").split("/")
@@ -138,7 +142,7 @@ def archive_members(path: Path, source_path: str, namespace: str, limits: Archiv
                     digest = hashlib.sha256(f"unreadable member\x00{info.CRC}".encode()).hexdigest()
             found.append(SourceFile(
                 doc_id=doc_id_for(namespace, member_path), source_path=member_path, abs_path=str(path),
-                source_sha256=digest, size=info.file_size, mtime=stat.st_mtime,
+                source_sha256=digest, size=info.file_size, mtime=mtime,
                 mime=mimetypes.guess_type(parts[-1])[0] or "application/octet-stream", member=info.filename))
     return found
 
@@ -148,12 +152,16 @@ def scan(sources: list[str | Path], namespace: str, include: list[str], exclude:
          unreadable_folders: list[UnreadableFolder] | None = None) -> list[SourceFile]:
     """Hash every source file. Relative paths start at each source's own folder name, so the same
     folder ingested from another working directory keeps its ids. ZIP archives are listed member by member.
+    A source that is a URL (``s3://bucket/prefix/``) is scanned in object storage the same way (``_scan_url``).
 
     A file that cannot be read becomes a source whose conversion fails with the reason (one failure row; the
     other files go on). A folder that cannot be listed goes to ``unreadable_folders`` (see ``iter_files``)."""
     limits = archive_limits or ArchiveLimits(max_total_bytes=500_000_000, max_members=10_000)
     found: dict[str, SourceFile] = {}
-    for path, base in iter_files(sources, include, exclude, unreadable_folders):
+    for url in [source for source in sources if is_url(source)]:
+        found.update(_scan_url(str(url), namespace, limits, include, exclude, unreadable_folders))
+    local = [source for source in sources if not is_url(source)]
+    for path, base in iter_files(local, include, exclude, unreadable_folders):
         source_path = path.relative_to(base).as_posix()
         unreadable = _unreadable_source(path, source_path, namespace)
         if unreadable is not None:
@@ -183,7 +191,46 @@ def scan(sources: list[str | Path], namespace: str, include: list[str], exclude:
     return [found[key] for key in sorted(found)]
 
 
-def _failed_read(path: Path, source_path: str, namespace: str, exc: OSError) -> SourceFile:
+def _scan_url(url: str, namespace: str, limits: ArchiveLimits, include: list[str], exclude: list[str],
+              unreadable: list[UnreadableFolder] | None) -> dict[str, SourceFile]:
+    """Sources for the objects under a URL, by the local walk's rules: source paths start at the URL's last
+    segment, ``exclude`` applies to every folder below it and to names, ``include`` to names; a listing the store
+    refuses makes the whole URL an unreadable folder (its stored documents are kept, none is removed)."""
+    try:
+        fs, base, objects = list_objects(url)
+    except OSError as exc:
+        folder = UnreadableFolder(posixpath.basename(url.split("://", 1)[1].rstrip("/")), str(exc) or type(exc).__name__)
+        if unreadable is None:
+            raise ConfigError(f"cannot list {url!r}: {folder.reason}; check the credentials and the bucket's "
+                              "permissions, or exclude it") from None
+        unreadable.append(folder)
+        return {}
+    found: dict[str, SourceFile] = {}
+    for path in sorted(objects):
+        source_path = path[len(base) + 1:] if base else path
+        parts = source_path.split("/")
+        if any(_excluded(part, exclude) for part in parts[1:-1]) or _excluded(parts[-1], exclude) or \
+                not any(fnmatch.fnmatch(parts[-1], p) for p in include):
+            continue
+        info, location = objects[path], url_of(fs, path)
+        if posixpath.splitext(path)[1].lower() in ZIP_SUFFIXES:
+            members = archive_members(location, source_path, namespace, limits, include, exclude, modified(info))
+            if members is not None:
+                found.update((member.source_path, member) for member in members)
+                continue
+        try:
+            digest = sha256_object(fs, path)
+        except OSError as exc:
+            found[source_path] = _failed_read(location, source_path, namespace, exc)
+            continue
+        found[source_path] = SourceFile(
+            doc_id=doc_id_for(namespace, source_path), source_path=source_path, abs_path=location,
+            source_sha256=digest, size=int(info.get("size") or 0), mtime=modified(info),
+            mime=mimetypes.guess_type(parts[-1])[0] or "application/octet-stream")
+    return found
+
+
+def _failed_read(path: Path | str, source_path: str, namespace: str, exc: OSError) -> SourceFile:
     """A file that exists but cannot be read: listed (so its stored version is kept, not removed), failing at
     convert with the reason. Its hash stands for the failure, so a stored document counts as changed and stays
     as it was when the conversion fails."""
