@@ -143,3 +143,29 @@ def test_kbflow_convert_reads_an_s3_prefix(s3, tmp_path):
     result = CliRunner().invoke(app, ["convert", f"s3://{bucket}/docs/", "--out", str(tmp_path / "md"), "--json"])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "md" / "docs" / "guides" / "nested.md.md").read_text().startswith("# Nested")
+
+
+def test_an_unreachable_store_keeps_its_documents_and_records_why(tmp_path, monkeypatch):
+    """The store goes down between two runs (its own server, stopped): nothing is removed, the run says why."""
+    port = _free_port()
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    for name, value in {"AWS_ACCESS_KEY_ID": "kbflow-test-key", "AWS_SECRET_ACCESS_KEY": "kbflow-test-secret",
+                        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_DEFAULT_REGION": "us-east-1",
+                        "AWS_MAX_ATTEMPTS": "1"}.items():
+        monkeypatch.setenv(name, value)
+    try:
+        client = boto3.client("s3")
+        client.create_bucket(Bucket="going-down")
+        _upload(client, "going-down", _tree(tmp_path))
+        first = api.ingest(["s3://going-down/docs/"], data_dir=tmp_path / "data")
+    finally:
+        server.stop()
+    stored = store_of(tmp_path / "data").rows(["chunk_id", "text"]).to_pylist()
+    summary = api.ingest(["s3://going-down/docs/"], data_dir=tmp_path / "data")
+    assert summary["documents"] == {"new": 0, "changed": 0, "unchanged": 0, "removed": 0, "failed": 0}
+    [failure] = summary["failures"]
+    assert (failure["stage"], failure["error_type"], failure["source_path"]) == ("scan", "UnreadableFolder", "docs")
+    assert f"its {first['documents']['new']} stored documents are kept" in failure["message"]
+    assert "kbflow-test-secret" not in str(summary)
+    assert store_of(tmp_path / "data").rows(["chunk_id", "text"]).to_pylist() == stored

@@ -194,11 +194,14 @@ def scan(sources: list[str | Path], namespace: str, include: list[str], exclude:
 def _scan_url(url: str, namespace: str, limits: ArchiveLimits, include: list[str], exclude: list[str],
               unreadable: list[UnreadableFolder] | None) -> dict[str, SourceFile]:
     """Sources for the objects under a URL, by the local walk's rules: source paths start at the URL's last
-    segment, ``exclude`` applies to every folder below it and to names, ``include`` to names; a listing the store
-    refuses makes the whole URL an unreadable folder (its stored documents are kept, none is removed)."""
+    segment, ``exclude`` applies to every folder below it and to names, ``include`` to names; a listing that fails
+    (refused, or the store unreachable) makes the whole URL an unreadable folder: its stored documents are kept,
+    none is removed, and the run records why."""
     try:
         fs, base, objects = list_objects(url)
-    except OSError as exc:
+    except ConfigError:
+        raise
+    except Exception as exc:  # refused (PermissionError), unreachable (the client's own errors): out of sight
         folder = UnreadableFolder(posixpath.basename(url.split("://", 1)[1].rstrip("/")), str(exc) or type(exc).__name__)
         if unreadable is None:
             raise ConfigError(f"cannot list {url!r}: {folder.reason}; check the credentials and the bucket's "
