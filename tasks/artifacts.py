@@ -19,6 +19,7 @@ from prefect.artifacts import (
 )
 
 from kbflow import progress, report
+from kbflow.engine.ingest import round_thread_prefix
 
 
 @contextmanager
@@ -63,15 +64,16 @@ def publish_summary(summary: dict) -> dict:
 
 
 class _ToRunLogger(logging.Handler):
-    """Re-emits the engine's records from one thread (the flow run's) on that run's logger."""
+    """Re-emits the engine's records from the flow run's thread (and its embedding round's) on that run's logger."""
 
     def __init__(self, run_logger):
         super().__init__(level=logging.INFO)
         self.run_logger = run_logger
         self.owner = threading.get_ident()
+        self.round_thread = round_thread_prefix(self.owner)  # the run's embedding rounds log from there
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record.thread == self.owner:
+        if record.thread == self.owner or record.threadName.startswith(self.round_thread + "_"):
             self.run_logger.log(record.levelno, record.getMessage())
 
 

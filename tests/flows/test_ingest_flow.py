@@ -419,3 +419,32 @@ def test_vector_index_is_built_after_the_last_batch_not_during_them(docs_dir, tm
     assert summary["documents"]["unchanged"] == 4 and summary["store"]["indexes"] == {"vector": "created IVF_FLAT"}
     assert store_of(data).stats()["indexes"]["vector"]["unindexed_rows"] == 0
     assert run(docs_dir, data)["store"]["indexes"] == {}  # nothing left to do
+
+
+def test_the_next_batch_is_chunked_while_the_last_ones_are_embedded(docs_dir, tmp_path, counting, monkeypatch):
+    """Embedding overlaps the next batches' conversion and chunking: a round's embed call waits (up to 15 s)
+    for the chunk stage to start on a later batch, which happens only if the round runs in the background."""
+    import threading
+
+    from kbflow.engine import stages
+
+    monkeypatch.setenv("KBFLOW__FLOW__DOC_BATCH", "1")
+    monkeypatch.setenv("KBFLOW__FLOW__EMBED_GATHER_DOCS", "1")  # every batch starts a round
+    chunked, next_chunking = [], threading.Event()
+    original = stages.chunk
+
+    def chunk(*args, **kwargs):
+        chunked.append(len(chunked))
+        if len(chunked) >= 2:
+            next_chunking.set()
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(stages, "chunk", chunk)  # the Prefect task looks it up here
+    monkeypatch.setitem(stages.STAGES, "chunk", chunk)  # the direct runner here
+    overlapped = []
+    counting.fail_when = lambda texts: overlapped.append(next_chunking.wait(timeout=15)) or None
+    summary = run(docs_dir, tmp_path / "data")
+    assert summary["documents"]["new"] == 4 and summary["documents"]["failed"] == 0 and len(chunked) == 4
+    assert overlapped and all(overlapped)
+    rows, manifest = snapshot(tmp_path / "data")
+    assert sum(len(m["chunk_ids"]) for m in manifest) == len(rows) == summary["store"]["count"]

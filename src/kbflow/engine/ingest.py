@@ -8,13 +8,22 @@ Guarantees, in the order the code keeps them:
   row is written after the store write, so a crash leaves the manifest behind the store, never ahead;
 * every failure is a row in the run's ``failures.parquet`` (and the summary), and the run goes on;
 * finished work is never redone: vectors are cached per provider request, conversions per document.
+
+Overlap: conversion runs one batch ahead (a runner future), and the misses of gathered batches are embedded in
+the background (``EmbedRound``, one at a time) while the next batches are converted, split and chunked; a round's
+documents are written when the next round starts or the last batch is done. Nothing is written for a document
+before its vectors exist, so a crash while a round is in flight leaves its documents as they were (their vectors,
+already cached, are reused by the next run).
 """
 
 from __future__ import annotations
 
+import contextvars
 import logging
+import threading
 import time
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -249,45 +258,49 @@ def _ingest_batches(run: Run, plan: Plan, texts_by_path: dict[str, str]) -> None
     pending = start_convert(0) if batches else None
     waiting: list[Waiting] = []
     waiting_misses = 0
-    for index, batch in enumerate(batches):
-        first, last = index * size, index * size + len(batch) - 1
-        label, part = f"docs {first}-{last}", f"part-{index:05d}.parquet"
-        started = time.perf_counter()
-        file_docs = pending.result() if pending is not None else DOCUMENTS.empty_table()
-        pending = start_convert(index + 1) if index + 1 < len(batches) else None  # overlaps this batch's embedding
-        text_docs = text_documents([s for s in batch if not s.abs_path], texts_by_path)
-        documents = pa.concat_tables([file_docs, text_docs])
-        run.timed("convert", started, last + 1, len(todo))
-        write_table(documents, run.run_dir / "documents" / part, DOCUMENTS)
-        run.failures.extend(conversion_failures(documents))
-        failpoint("convert.done")
-        key = stages.batch_key(documents)
+    embedding: EmbedRound | None = None
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix=round_thread_prefix(threading.get_ident())) as background:
+        for index, batch in enumerate(batches):
+            first, last = index * size, index * size + len(batch) - 1
+            label, part = f"docs {first}-{last}", f"part-{index:05d}.parquet"
+            started = time.perf_counter()
+            file_docs = pending.result() if pending is not None else DOCUMENTS.empty_table()
+            pending = start_convert(index + 1) if index + 1 < len(batches) else None  # runs ahead
+            text_docs = text_documents([s for s in batch if not s.abs_path], texts_by_path)
+            documents = pa.concat_tables([file_docs, text_docs])
+            run.timed("convert", started, last + 1, len(todo))
+            write_table(documents, run.run_dir / "documents" / part, DOCUMENTS)
+            run.failures.extend(conversion_failures(documents))
+            failpoint("convert.done")
+            key = stages.batch_key(documents)
 
-        started = time.perf_counter()
-        sections = run.runner.run("split", documents, label=label, cache_key=stages.split_cache_key(key))
-        run.timed("split", started, last + 1, len(todo))
-        write_table(sections, run.run_dir / "sections" / part, SECTIONS)
-        failpoint("split.done")
+            started = time.perf_counter()
+            sections = run.runner.run("split", documents, label=label, cache_key=stages.split_cache_key(key))
+            run.timed("split", started, last + 1, len(todo))
+            write_table(sections, run.run_dir / "sections" / part, SECTIONS)
+            failpoint("split.done")
 
-        started = time.perf_counter()
-        chunks = run.runner.run("chunk", documents, sections, run.embedder.token_counter(), run.chunk_tokens,
-                                config.chunking, run.fingerprints.chunker, str(run.state.plans_dir), label=label,
-                                cache_key=stages.chunk_cache_key(key, run.fingerprints.chunker))
-        run.timed("chunk", started, last + 1, len(todo))
-        write_table(chunks, run.run_dir / "chunks" / part, CHUNKS)
-        failpoint("chunk.done")
+            started = time.perf_counter()
+            chunks = run.runner.run("chunk", documents, sections, run.embedder.token_counter(), run.chunk_tokens,
+                                    config.chunking, run.fingerprints.chunker, str(run.state.plans_dir), label=label,
+                                    cache_key=stages.chunk_cache_key(key, run.fingerprints.chunker))
+            run.timed("chunk", started, last + 1, len(todo))
+            write_table(chunks, run.run_dir / "chunks" / part, CHUNKS)
+            failpoint("chunk.done")
 
-        # embedding waits until enough texts are missing from the cache to fill the embed calls, or enough
-        # documents wait: an update's few new texts per batch then go to the model in full calls
-        waiting.append(Waiting(documents, chunks, label, last))
-        waiting_misses += _misses(run, chunks)
-        del file_docs, text_docs, documents, sections, chunks
-        if (waiting_misses >= config.embedder.task_batch * config.flow.max_workers
-                or sum(w.documents.num_rows for w in waiting) >= config.flow.embed_gather_docs):
-            _embed_and_upsert(run, waiting, len(todo))
-            waiting_misses = 0
-    if waiting:
-        _embed_and_upsert(run, waiting, len(todo))
+            # embedding waits until enough texts are missing from the cache to fill the embed calls, or enough
+            # documents wait: an update's few new texts per batch then go to the model in full calls
+            waiting.append(Waiting(documents, chunks, label, last))
+            waiting_misses += _misses(run, chunks)
+            del file_docs, text_docs, documents, sections, chunks
+            if (waiting_misses >= config.embedder.task_batch * config.flow.max_workers
+                    or sum(w.documents.num_rows for w in waiting) >= config.flow.embed_gather_docs):
+                embedding = _next_round(run, embedding, waiting, len(todo), background)
+                waiting_misses = 0
+        if waiting:
+            embedding = _next_round(run, embedding, waiting, len(todo), background)
+        if embedding is not None:
+            _finish_round(run, embedding, len(todo))
 
 
 @dataclass
@@ -305,16 +318,43 @@ def _misses(run: Run, chunks: pa.Table) -> int:
     return len(keys) - len(run.cache.lookup(keys))
 
 
-def _embed_and_upsert(run: Run, waiting: list[Waiting], total: int) -> None:
-    """Embed the misses of every waiting batch in one go (full calls), then replace each batch's documents."""
+def round_thread_prefix(owner: int) -> str:
+    """The name prefix of the thread embedding a run's rounds, after the run's own thread: a log forwarder that
+    keeps one run's lines (``kbflow.tasks.artifacts``) recognises the round's lines as that run's too."""
+    return f"kbflow-embed-round-of-{owner}"
+
+
+@dataclass
+class EmbedRound:
+    """Waiting batches whose misses are being embedded in the background."""
+
+    batches: list[Waiting]
+    future: Future  # of (vectors by key, failed keys)
+
+
+def _next_round(run: Run, embedding: EmbedRound | None, waiting: list[Waiting], total: int,
+                background: ThreadPoolExecutor) -> EmbedRound:
+    """Write the round in flight (if any), then start embedding ``waiting``'s misses in the background (``waiting``
+    is emptied: its batches now belong to the round). One round at a time: at most two gathers are held."""
+    if embedding is not None:
+        _finish_round(run, embedding, total)
+    batches = list(waiting)
+    waiting.clear()
+    chunks = pa.concat_tables([w.chunks for w in batches])
+    # the round's embed calls go through the runner from this thread: it must see the flow run's context
+    return EmbedRound(batches, background.submit(contextvars.copy_context().run, _embed, run, chunks))
+
+
+def _finish_round(run: Run, embedding: EmbedRound, total: int) -> None:
+    """Wait for a round's vectors, then replace each of its batches' documents."""
     started = time.perf_counter()
-    vectors, failed_keys = _embed(run, pa.concat_tables([w.chunks for w in waiting]))
+    vectors, failed_keys = embedding.future.result()
     run.timed("embed", started)
-    for batch in waiting:
+    for batch in embedding.batches:
         started = time.perf_counter()
         _upsert(run, batch.documents, batch.chunks, vectors, failed_keys, batch.label)
         run.timed("upsert", started, batch.last + 1, total)
-    waiting.clear()
+    embedding.batches.clear()
     del vectors
     memory.trim()  # the batches are written: hand their freed pages back before the next ones
 
