@@ -11,7 +11,7 @@ Guarantees, in the order the code keeps them:
 
 Overlap: conversion runs one batch ahead (a runner future), and the misses of gathered batches are embedded in
 the background (``EmbedRound``, one at a time) while the next batches are converted, split and chunked; a round's
-documents are written when the next round starts or the last batch is done. Nothing is written for a document
+documents are written once the next round has started (or after the last batch). Nothing is written for a document
 before its vectors exist, so a crash while a round is in flight leaves its documents as they were (their vectors,
 already cached, are reused by the next run).
 """
@@ -260,47 +260,64 @@ def _ingest_batches(run: Run, plan: Plan, texts_by_path: dict[str, str]) -> None
     waiting_misses = 0
     embedding: EmbedRound | None = None
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix=round_thread_prefix(threading.get_ident())) as background:
-        for index, batch in enumerate(batches):
-            first, last = index * size, index * size + len(batch) - 1
-            label, part = f"docs {first}-{last}", f"part-{index:05d}.parquet"
-            started = time.perf_counter()
-            file_docs = pending.result() if pending is not None else DOCUMENTS.empty_table()
-            pending = start_convert(index + 1) if index + 1 < len(batches) else None  # runs ahead
-            text_docs = text_documents([s for s in batch if not s.abs_path], texts_by_path)
-            documents = pa.concat_tables([file_docs, text_docs])
-            run.timed("convert", started, last + 1, len(todo))
-            write_table(documents, run.run_dir / "documents" / part, DOCUMENTS)
-            run.failures.extend(conversion_failures(documents))
-            failpoint("convert.done")
-            key = stages.batch_key(documents)
-
-            started = time.perf_counter()
-            sections = run.runner.run("split", documents, label=label, cache_key=stages.split_cache_key(key))
-            run.timed("split", started, last + 1, len(todo))
-            write_table(sections, run.run_dir / "sections" / part, SECTIONS)
-            failpoint("split.done")
-
-            started = time.perf_counter()
-            chunks = run.runner.run("chunk", documents, sections, run.embedder.token_counter(), run.chunk_tokens,
-                                    config.chunking, run.fingerprints.chunker, str(run.state.plans_dir), label=label,
-                                    cache_key=stages.chunk_cache_key(key, run.fingerprints.chunker))
-            run.timed("chunk", started, last + 1, len(todo))
-            write_table(chunks, run.run_dir / "chunks" / part, CHUNKS)
-            failpoint("chunk.done")
-
-            # embedding waits until enough texts are missing from the cache to fill the embed calls, or enough
-            # documents wait: an update's few new texts per batch then go to the model in full calls
-            waiting.append(Waiting(documents, chunks, label, last))
-            waiting_misses += _misses(run, chunks)
-            del file_docs, text_docs, documents, sections, chunks
-            if (waiting_misses >= config.embedder.task_batch * config.flow.max_workers
-                    or sum(w.documents.num_rows for w in waiting) >= config.flow.embed_gather_docs):
+        try:
+            for index, batch in enumerate(batches):
+                started = time.perf_counter()
+                file_docs = pending.result() if pending is not None else DOCUMENTS.empty_table()
+                pending = start_convert(index + 1) if index + 1 < len(batches) else None  # runs ahead
+                waiting.append(_chunked_batch(run, batch, index, file_docs, texts_by_path, len(todo), started))
+                del file_docs
+                # embedding waits until enough texts are missing from the cache to fill the embed calls, or enough
+                # documents wait: an update's few new texts per batch then go to the model in full calls
+                waiting_misses += _misses(run, waiting[-1].chunks)
+                if (waiting_misses >= config.embedder.task_batch * config.flow.max_workers
+                        or sum(w.documents.num_rows for w in waiting) >= config.flow.embed_gather_docs):
+                    embedding = _next_round(run, embedding, waiting, len(todo), background)
+                    waiting_misses = 0
+            if waiting:
                 embedding = _next_round(run, embedding, waiting, len(todo), background)
-                waiting_misses = 0
-        if waiting:
-            embedding = _next_round(run, embedding, waiting, len(todo), background)
-        if embedding is not None:
-            _finish_round(run, embedding, len(todo))
+            if embedding is not None:
+                _write_round(run, embedding, _round_vectors(run, embedding), len(todo))
+        except Exception:
+            # a batch failed: the round in flight holds whole documents with every vector; write them, as a run
+            # without the overlap would have before reaching the failed batch, then stop with the first error
+            if embedding is not None and embedding.batches:
+                try:
+                    _write_round(run, embedding, _round_vectors(run, embedding), len(todo))
+                except Exception:  # the round itself failed (it is the error being raised) or its write did
+                    log.warning("the documents embedded before the failure were not written; the next run will")
+            raise
+
+
+def _chunked_batch(run: Run, batch: list, index: int, file_docs: pa.Table, texts_by_path: dict[str, str],
+                   total: int, started: float) -> Waiting:
+    """One converted batch (its files' documents plus its literal texts) split and chunked, each step's table
+    written to the run's snapshot; ``started``: when the run began waiting for its conversion."""
+    config, size = run.config, run.config.flow.doc_batch
+    first, last = index * size, index * size + len(batch) - 1
+    label, part = f"docs {first}-{last}", f"part-{index:05d}.parquet"
+    text_docs = text_documents([s for s in batch if not s.abs_path], texts_by_path)
+    documents = pa.concat_tables([file_docs, text_docs])
+    run.timed("convert", started, last + 1, total)
+    write_table(documents, run.run_dir / "documents" / part, DOCUMENTS)
+    run.failures.extend(conversion_failures(documents))
+    failpoint("convert.done")
+    key = stages.batch_key(documents)
+
+    started = time.perf_counter()
+    sections = run.runner.run("split", documents, label=label, cache_key=stages.split_cache_key(key))
+    run.timed("split", started, last + 1, total)
+    write_table(sections, run.run_dir / "sections" / part, SECTIONS)
+    failpoint("split.done")
+
+    started = time.perf_counter()
+    chunks = run.runner.run("chunk", documents, sections, run.embedder.token_counter(), run.chunk_tokens,
+                            config.chunking, run.fingerprints.chunker, str(run.state.plans_dir), label=label,
+                            cache_key=stages.chunk_cache_key(key, run.fingerprints.chunker))
+    run.timed("chunk", started, last + 1, total)
+    write_table(chunks, run.run_dir / "chunks" / part, CHUNKS)
+    failpoint("chunk.done")
+    return Waiting(documents, chunks, label, last)
 
 
 @dataclass
@@ -334,28 +351,37 @@ class EmbedRound:
 
 def _next_round(run: Run, embedding: EmbedRound | None, waiting: list[Waiting], total: int,
                 background: ThreadPoolExecutor) -> EmbedRound:
-    """Write the round in flight (if any), then start embedding ``waiting``'s misses in the background (``waiting``
-    is emptied: its batches now belong to the round). One round at a time: at most two gathers are held."""
-    if embedding is not None:
-        _finish_round(run, embedding, total)
+    """Start embedding ``waiting``'s misses in the background (``waiting`` is emptied: its batches now belong to the
+    new round), once the round in flight has its vectors; then write that round's documents while the new one
+    embeds. One round embeds at a time; at most two gathers are held."""
+    vectors = _round_vectors(run, embedding) if embedding is not None else None
     batches = list(waiting)
     waiting.clear()
     chunks = pa.concat_tables([w.chunks for w in batches])
-    # the round's embed calls go through the runner from this thread: it must see the flow run's context
-    return EmbedRound(batches, background.submit(contextvars.copy_context().run, _embed, run, chunks))
+    # the round's embed calls go through the runner from its own thread: it must see the flow run's context
+    started = EmbedRound(batches, background.submit(contextvars.copy_context().run, _embed, run, chunks))
+    if embedding is not None:
+        _write_round(run, embedding, vectors, total)
+    return started
 
 
-def _finish_round(run: Run, embedding: EmbedRound, total: int) -> None:
-    """Wait for a round's vectors, then replace each of its batches' documents."""
+def _round_vectors(run: Run, embedding: EmbedRound) -> tuple[dict, set[str]]:
+    """Wait for a round's vectors (all in the vector cache once it returns)."""
     started = time.perf_counter()
-    vectors, failed_keys = embedding.future.result()
+    vectors = embedding.future.result()
     run.timed("embed", started)
+    return vectors
+
+
+def _write_round(run: Run, embedding: EmbedRound, vectors: tuple[dict, set[str]], total: int) -> None:
+    """Replace each of a round's batches' documents."""
+    by_key, failed_keys = vectors
     for batch in embedding.batches:
         started = time.perf_counter()
-        _upsert(run, batch.documents, batch.chunks, vectors, failed_keys, batch.label)
+        _upsert(run, batch.documents, batch.chunks, by_key, failed_keys, batch.label)
         run.timed("upsert", started, batch.last + 1, total)
     embedding.batches.clear()
-    del vectors
+    del by_key, vectors
     memory.trim()  # the batches are written: hand their freed pages back before the next ones
 
 
