@@ -53,6 +53,8 @@ _IVF_NAME = re.compile(r"^vector_ivf(\d+)$")
 def ann_partitions(rows: int) -> int:
     """IVF partitions for a table of ``rows``: √rows (LanceDB's own rule for IVF_PQ, applied to every IVF type)."""
     return max(1, round(math.sqrt(rows)))
+
+
 # A matched chunk is rewritten only when a stored column differs. Its id fixes the document and the text; the rest
 # (position, heading path, the text the model read, BM25 words) can change under the same id when text above it
 # moves. The vector follows from embed_sha256: a table holds one model (kbflow.engine.reembed). A patch release
