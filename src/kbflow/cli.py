@@ -528,6 +528,7 @@ def convert_files(
 ) -> None:
     """Write the Markdown the pipeline sees for each file; exit 1 when some files failed."""
     from kbflow.config import load_config
+    from kbflow.convert.objects import is_url
     from kbflow.convert.to_folder import convert_to_folder
 
     try:
@@ -535,7 +536,7 @@ def convert_files(
         if workers is not None:
             options = options.model_copy(update={"workers": workers})
         for path in paths:
-            if "://" not in path and not Path(path).exists() and not Path(path).is_symlink():
+            if not is_url(path) and not Path(path).exists() and not Path(path).is_symlink():
                 raise KbflowError(f"{path!r} does not exist: pass existing files or folders")
         result = convert_to_folder(paths, out_dir, options)
     except KbflowError as exc:

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
 from kbflow.config import NAMESPACE_RE, KbConfig, ScheduleConfig, load_config
+from kbflow.convert.objects import is_url
 from kbflow.errors import ConfigError
 
 CONFIGS_DIR_ENV = "KBFLOW_CONFIGS_DIR"  # where config names are looked up; default: ./configs
@@ -187,7 +188,7 @@ def changed_since(sources: list[str], since: datetime) -> bool:
     does a URL source (object storage has no cheap stat walk here: the ingest's own scan decides)."""
     cutoff = (since if since.tzinfo else since.replace(tzinfo=timezone.utc)).timestamp()
     for source in sources:
-        if "://" in str(source):
+        if is_url(str(source)):
             return True
         root = Path(source)
         if not root.exists():

@@ -56,12 +56,17 @@ def zip_source(location: str):
     return io.BytesIO(read_bytes(location)) if is_url(location) else location
 
 
-def sha256_object(fs, path: str) -> str:
+def sha256_stream(handle) -> str:
+    """SHA-256 of what a binary file object holds, read in ``HASH_CHUNK`` blocks (local files and objects alike)."""
     digest = hashlib.sha256()
-    with fs.open(path, "rb", block_size=HASH_CHUNK) as handle:
-        while block := handle.read(HASH_CHUNK):
-            digest.update(block)
+    while block := handle.read(HASH_CHUNK):
+        digest.update(block)
     return digest.hexdigest()
+
+
+def sha256_object(fs, path: str) -> str:
+    with fs.open(path, "rb", block_size=HASH_CHUNK) as handle:
+        return sha256_stream(handle)
 
 
 def modified(info: dict) -> float:
@@ -83,7 +88,7 @@ def modified(info: dict) -> float:
 def list_objects(url: str) -> tuple[object, str, dict[str, dict]]:
     """(file system, base path, {object path: info}) for every object under ``url`` (or the one object it names).
     Source paths are the object paths relative to ``base``. A URL with nothing under it is a ConfigError (a typo
-    must not read as 'every document was deleted'); a listing the store refuses raises OSError."""
+    must not read as 'every document was deleted'); a failed listing raises the client's own error."""
     fs, root = filesystem(url)
     root = root.rstrip("/")
     fs.invalidate_cache()  # fsspec keeps listings per file system instance: a re-run must see the store as it is

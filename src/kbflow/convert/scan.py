@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kbflow.convert.archive import MEMBER_SEP, ZIP_SUFFIXES, ArchiveLimits, member_escapes, open_archive, read_member
-from kbflow.convert.objects import is_url, list_objects, modified, sha256_object, url_of
+from kbflow.convert.objects import is_url, list_objects, modified, sha256_object, sha256_stream, url_of
 from kbflow.errors import ConfigError, ConversionError
 
-HASH_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -49,11 +48,8 @@ def doc_id_for(namespace: str, source_path: str) -> str:
 
 
 def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        while block := handle.read(HASH_CHUNK):
-            digest.update(block)
-    return digest.hexdigest()
+        return sha256_stream(handle)
 
 
 def _excluded(name: str, patterns: list[str]) -> bool:

@@ -194,11 +194,12 @@ class LanceStore:
             if config.columns == ["vector"] and config.name != name:
                 self.table.drop_index(config.name)
 
-    def _vector_index_outgrown(self, config, rows: int) -> bool:
-        """True when the index is not the configured type, or the table has grown ``ANN_RETRAIN_GROWTH``-fold
-        since its training (or its training size is unknown: an index an older kbflow built), or it is not alone."""
-        if sum(c.columns == ["vector"] for c in self.table.list_indices()) > 1:
+    def _vector_index_outgrown(self, vector_configs: list, rows: int) -> bool:
+        """True when the vector index is not alone, not the configured type, or the table has grown
+        ``ANN_RETRAIN_GROWTH``-fold since its training (or its training size is unknown: an older kbflow's)."""
+        if len(vector_configs) > 1:
             return True
+        [config] = vector_configs
         if config.index_type.replace("_", "").lower() != self.vector_index_type.replace("_", "").lower():
             return True
         trained = _IVF_NAME.match(config.name)
@@ -217,7 +218,8 @@ class LanceStore:
         rows = self.table.count_rows()
         if rows == 0:
             return done
-        indexes = self._indexes()
+        configs = self.table.list_indices()
+        indexes = {config.columns[0]: config for config in configs}
         if FTS_COLUMN not in indexes:
             # whitespace: text_tokens already holds jieba words, lower-cased; no stemming, so Qdrant's BM25 matches
             self.table.create_fts_index(FTS_COLUMN, base_tokenizer="whitespace", lower_case=False, stem=False,
@@ -229,7 +231,8 @@ class LanceStore:
         elif "vector" not in indexes and (rows >= self.vector_index_min_rows or force_vector):
             self._train_vector_index(rows)
             done["vector"] = f"created {self.vector_index_type}"
-        elif "vector" in indexes and self._vector_index_outgrown(indexes["vector"], rows):
+        elif "vector" in indexes and self._vector_index_outgrown(
+                [config for config in configs if config.columns == ["vector"]], rows):
             self._train_vector_index(rows)
             done["vector"] = f"retrained {self.vector_index_type}"
         stale = [name for name, config in indexes.items() if name not in done
