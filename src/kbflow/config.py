@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -20,7 +20,10 @@ class _Section(BaseModel):
 
 
 class ConvertConfig(_Section):
-    workers: int = Field(1, ge=1, le=64, description="Processes converting files in parallel (1 = in the flow's process).")
+    workers: Annotated[int, Field(ge=1, le=64)] | Literal["auto"] = Field(
+        "auto", description="Processes converting files in parallel: 1 converts in the flow's process; 'auto' uses "
+        "one per core (at most 4) for a run that converts 200 files or more and converts in-process below that or "
+        "where the process may not start children (a Dask worker).")
     max_file_mb: float = Field(50.0, gt=0, description="Files larger than this are recorded as failures, not converted.")
     timeout_s: float = Field(120.0, gt=0, description="Per-file conversion time limit, in seconds; with workers > 1 a stuck worker is killed.")
     include: list[str] = Field(default_factory=lambda: ["*"], description="Glob patterns of file names to ingest.")

@@ -448,3 +448,31 @@ def test_the_next_batch_is_chunked_while_the_last_ones_are_embedded(docs_dir, tm
     assert overlapped and all(overlapped)
     rows, manifest = snapshot(tmp_path / "data")
     assert sum(len(m["chunk_ids"]) for m in manifest) == len(rows) == summary["store"]["count"]
+
+
+def test_a_large_run_converts_in_worker_processes_and_stops_them_at_the_end(docs_dir, tmp_path, counting, monkeypatch):
+    """``convert.workers: auto`` (the default) converts a run of AUTO_WORKERS_MIN_FILES files or more in one process
+    per core (at most AUTO_WORKERS_MAX), decided on the run's size, not a batch's; the processes end with the run,
+    and the store is the one an in-process conversion gives."""
+    import os
+
+    from kbflow.convert import converters
+
+    cores = len(os.sched_getaffinity(0))
+    if cores < 2:
+        pytest.skip("one core: 'auto' converts in-process, there is no pool to see")
+    monkeypatch.setattr(converters, "AUTO_WORKERS_MIN_FILES", 4)  # the four case documents are a "large" run here
+    monkeypatch.setenv("KBFLOW__FLOW__DOC_BATCH", "2")  # batches below the threshold: the run's size decides
+    pools = []
+    original = converters._get_pool
+    monkeypatch.setattr(converters, "_get_pool", lambda workers: pools.append(original(workers)) or pools[-1])
+    summary = run(docs_dir, tmp_path / "pool")
+    assert summary["documents"]["new"] == 4 and summary["documents"]["failed"] == 0
+    assert pools and all(len(pool.workers) == min(cores, converters.AUTO_WORKERS_MAX) for pool in pools)
+    assert converters._pool is None and not any(w.process.is_alive() for w in pools[-1].workers)
+
+    monkeypatch.setenv("KBFLOW__CONVERT__WORKERS", "1")
+    pools.clear()
+    in_process = run(docs_dir, tmp_path / "one")
+    assert not pools and in_process["store"]["count"] == summary["store"]["count"]
+    assert snapshot(tmp_path / "one")[0] == snapshot(tmp_path / "pool")[0]

@@ -123,3 +123,32 @@ def test_cache_keys_depend_only_on_what_a_format_uses():
     assert format_fingerprint(offline, "a.pdf") == format_fingerprint(remote, "a.pdf")
     assert format_fingerprint(offline, "a.wav") != format_fingerprint(remote, "a.wav")
     assert format_fingerprint(offline, "a.pdf") != format_fingerprint(ConvertConfig(ocr_pdf_dpi=300), "a.pdf")
+
+
+def _auto_workers_in_this_process(queue) -> None:
+    from kbflow.convert.converters import conversion_workers
+
+    queue.put(conversion_workers(ConvertConfig(), 10_000))
+
+
+def test_auto_workers_are_one_per_core_for_a_large_job_and_in_process_otherwise():
+    import multiprocessing
+
+    from kbflow.convert.converters import AUTO_WORKERS_MAX, AUTO_WORKERS_MIN_FILES, conversion_workers
+
+    auto = ConvertConfig()
+    assert auto.workers == "auto"
+    assert conversion_workers(auto, AUTO_WORKERS_MIN_FILES - 1) == 1
+    assert conversion_workers(auto, AUTO_WORKERS_MIN_FILES) == max(1, min(len(os.sched_getaffinity(0)),
+                                                                          AUTO_WORKERS_MAX))
+    assert conversion_workers(ConvertConfig(workers=3), 1) == 3 and conversion_workers(ConvertConfig(workers=1),
+                                                                                        10_000) == 1
+    # a daemon process (a Dask worker) may not start children: 'auto' converts in it
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    daemon = context.Process(target=_auto_workers_in_this_process, args=(queue,), daemon=True)
+    daemon.start()
+    try:
+        assert queue.get(timeout=120) == 1
+    finally:
+        daemon.join(10)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import atexit
 import hashlib
 import io
+import multiprocessing
+import os
 import time
 from dataclasses import dataclass
 from importlib.metadata import version
@@ -254,7 +256,34 @@ def text_documents(sources: list[SourceFile], texts_by_path: dict[str, str]) -> 
     return pa.Table.from_pylist(rows, schema=DOCUMENTS)
 
 
+AUTO_WORKERS_MIN_FILES = 200  # below this, starting the workers (each imports the converters) costs what they save
+AUTO_WORKERS_MAX = 4  # conversion runs one batch ahead of embedding; more processes mostly add memory
+
+
+def conversion_workers(options: ConvertConfig, job_files: int) -> int:
+    """Processes converting a job of ``job_files`` files: ``convert.workers``, or for 'auto' one per core (at most
+    ``AUTO_WORKERS_MAX``) when the job is large enough to pay for starting them and this process may start
+    children (a Dask worker is a daemon process, which may not)."""
+    if options.workers != "auto":
+        return options.workers
+    if job_files < AUTO_WORKERS_MIN_FILES or multiprocessing.current_process().daemon:
+        return 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cores, AUTO_WORKERS_MAX))
+
+
 _pool = None
+
+
+def close_pool() -> None:
+    """Stop the conversion worker processes, if any (the end of a run; the next run that needs them starts them)."""
+    global _pool
+    if _pool is not None:
+        _pool.close()
+        _pool = None
+
+
+atexit.register(close_pool)
 
 
 def _get_pool(workers: int):
@@ -265,17 +294,17 @@ def _get_pool(workers: int):
         if _pool is not None:
             _pool.close()
         _pool = KillablePool(workers, _convert_one)
-        atexit.register(_pool.close)
     return _pool
 
 
 def convert_batch(sources: list[SourceFile], options: ConvertConfig | None = None, cache=None,
-                  on_file=None) -> pa.Table:
+                  on_file=None, job_files: int | None = None) -> pa.Table:
     """Documents table for ``sources``: one row each, failed ones with status 'failed' and the error.
 
     ``cache`` (a ``ConversionCache``) returns earlier successes and stores new ones; failures are never cached,
     so a file that failed for a passing reason is converted again next time. ``on_file(n)`` is called as the
-    ``n`` th file is done (in-process conversion; a worker pool reports once, at the end)."""
+    ``n`` th file is done (in-process conversion; a worker pool reports once, at the end). ``job_files``: the
+    files of the whole job these are a batch of, which ``workers: auto`` decides on (default: this batch's)."""
     options = options or ConvertConfig()
     fingerprint = converter_fingerprint(options)
     keys = [format_fingerprint(options, source.member or source.abs_path) for source in sources]
@@ -286,7 +315,8 @@ def convert_batch(sources: list[SourceFile], options: ConvertConfig | None = Non
     todo = [i for i, row in enumerate(rows) if row is None]
     report = on_file or (lambda done: None)
     report(len(sources) - len(todo))  # the cached ones
-    if options.workers <= 1 or len(todo) <= 1:
+    workers = conversion_workers(options, len(todo) if job_files is None else job_files)
+    if workers <= 1 or len(todo) <= 1:
         for number, i in enumerate(todo, 1):
             rows[i] = _convert_one(sources[i], options)
             report(len(sources) - len(todo) + number)
@@ -301,7 +331,7 @@ def convert_batch(sources: list[SourceFile], options: ConvertConfig | None = Non
                         f"ConversionError: {sources[todo[job]].source_path}: the converter process died (exit code "
                         f"{exitcode}; out of memory?); exclude the file or convert it with workers: 1 to see the error")
 
-        results = _get_pool(options.workers).map([(sources[i], options) for i in todo], options.timeout_s,
+        results = _get_pool(workers).map([(sources[i], options) for i in todo], options.timeout_s,
                                                  timed_out, crashed)
         for i, row in zip(todo, results):
             rows[i] = row

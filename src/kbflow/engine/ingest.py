@@ -35,7 +35,7 @@ from kbflow.chunk.chunker import chunker_fingerprint
 from kbflow.chunk.plans import PlanCache
 from kbflow.config import KbConfig, check_namespace
 from kbflow.convert.archive import ArchiveLimits
-from kbflow.convert.converters import converter_fingerprint, text_documents, text_sources
+from kbflow.convert.converters import close_pool, converter_fingerprint, text_documents, text_sources
 from kbflow.convert.scan import UnreadableFolder, scan
 from kbflow.embed import get_embedder
 from kbflow.embed.choice import for_namespace
@@ -118,6 +118,7 @@ def ingest(config: KbConfig, job: IngestJob, runner: StageRunner | None = None, 
     try:
         return _ingest(config, job, runner, run_id or new_run_id())
     finally:
+        close_pool()  # conversion workers, when the run started them
         if own_runner:
             runner.close()
 

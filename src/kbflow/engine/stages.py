@@ -77,9 +77,10 @@ def convert(sources: list[SourceFile], options: ConvertConfig, cache_dir: str | 
             total: int = 0) -> pa.Table:
     """One row per source: its Markdown, or status 'failed' with the reason (a bad file never raises). Each file
     converted is a progress event (``done_before`` + files so far, of the run's ``total``) where a listener runs in
-    this process."""
+    this process. ``total`` also decides ``convert.workers: auto`` (the run's size, not the batch's)."""
     return convert_batch(sources, options, ConversionCache(cache_dir) if cache_dir else None,
-                         on_file=lambda done: progress.report("convert", done_before + done, total))
+                         on_file=lambda done: progress.report("convert", done_before + done, total),
+                         job_files=total or None)
 
 
 def split(documents: pa.Table) -> pa.Table:
