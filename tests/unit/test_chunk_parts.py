@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kbflow.chunk.chunker import (Span, _fit, _pack, _sections, chunk_document, heading_prefix_text, section_key,
-                                   sha256_text, split_long)
+from kbflow.chunk.chunker import (Span, _fit, _pack, _sections, chunk_document, heading_prefix_text, prefix_line,
+                                   section_key, sha256_text, split_long)
 from kbflow.chunk.split import Block, split_markdown
 from kbflow.chunk.tokens import EstimateTokenCounter
 
@@ -199,3 +199,25 @@ def test_section_plans_made_under_one_chunker_are_not_reused_under_another():
     wide = chunk_document("d", markdown, split_markdown(markdown), COUNTER, 20, 0, False, plans, chunker="c20")
     narrow = chunk_document("d", markdown, split_markdown(markdown), COUNTER, 10, 0, False, plans, chunker="c10")
     assert [c.n_tokens for c in wide] == [20, 10] and [c.n_tokens for c in narrow] == [10, 10, 10]
+
+
+def test_section_numbers_are_not_part_of_the_heading_prefix():
+    assert prefix_line(["E.1. Release 15.20", "E.1.2. Changes"]) == "Release 15.20 > Changes\n\n"
+    assert prefix_line(["12.3. Indexes", "A. Acronyms", "1. Introduction"]) == "Indexes > Acronyms > Introduction\n\n"
+    # a version or a year is content, not a section number (no dot after its last part)
+    assert prefix_line(["2.0 API changes", "3.11 What's new", "2024 Report", "v1.2. Notes"]) == \
+        "2.0 API changes > 3.11 What's new > 2024 Report > v1.2. Notes\n\n"
+    assert prefix_line(["1.", "E.1.Changes"]) == "1. > E.1.Changes\n\n" and prefix_line([]) == ""
+
+
+def test_a_renumbered_section_keeps_the_embedded_text_of_its_chunks_below_the_heading():
+    """A patch release inserts a section before this one: 'E.3.' becomes 'E.5.'. Only the chunk holding the
+    heading line changes what the model reads; the rest keep their embedded text, so their vectors are reused."""
+    body = "\n\n".join([TEN] * 6)
+    before, after = (f"# {n}. Release notes\n\nIntro.\n\n## {n}.1. Changes\n\n{body}\n" for n in ("E.3", "E.5"))
+    old, new = (chunk_document("d", md, split_markdown(md), COUNTER, 40, 0, heading_prefix=True)
+                for md in (before, after))
+    assert len(old) == len(new) > 3
+    assert all(c.embed_text.startswith("Release notes > Changes\n\nword") for c in new[2:])
+    assert [a.embed_sha256 == b.embed_sha256 for a, b in zip(old, new)] == [False, False] + [True] * (len(new) - 2)
+    assert [a.text == b.text for a, b in zip(old, new)] == [False, False] + [True] * (len(new) - 2)

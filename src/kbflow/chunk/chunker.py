@@ -27,7 +27,7 @@ from kbflow.chunk.split import SPLIT_VERSION, Block
 from kbflow.chunk.tokens import TokenCounter
 from kbflow.search import tokens as words
 
-CHUNK_VERSION = "2"
+CHUNK_VERSION = "3"  # 3: section numbers left out of the heading prefix
 PREFIX_SHARE = 0.25  # a heading prefix may take at most this share of a chunk's budget
 HARD_CUT_WINDOW = 64  # characters per token of budget looked at for a hard cut (a word piece is shorter)
 
@@ -173,11 +173,23 @@ def split_key(text: str, budget: int, kind: str) -> str:
     return f"{count_key(text)}:{budget}:{kind}"
 
 
+# a heading's section number: "E.1.2. ", "12.3. ", "1. ", "A. " (one letter or number, then numbers, each with
+# its dot, then a space); "2.0 API" or "3.11 What's new" (no dot after the last part) are not numbers of sections
+SECTION_NUMBER = re.compile(r"^(?:[A-Z]|\d+)\.(?:\d+\.)*\s+(?=\S)")
+
+
+def prefix_line(heading_path: list[str] | tuple[str, ...]) -> str:
+    """'A > B > C\\n\\n', the context the model reads before a chunk, or '' for no headings. Section numbers are
+    left out: when a release inserts a section, every later one is renumbered ("E.3." becomes "E.5."), and its
+    chunks' text has not changed; the number stays in the stored text and its BM25 words."""
+    return " > ".join(SECTION_NUMBER.sub("", heading) for heading in heading_path) + "\n\n" if heading_path else ""
+
+
 def heading_prefix_text(heading_path: list[str], counter: TokenCounter, max_tokens: int) -> str:
-    """'A > B > C\\n\\n', dropping leading ancestors until it fits ``max_tokens`` (a prefix is context, not content)."""
+    """``prefix_line``, dropping leading ancestors until it fits ``max_tokens`` (a prefix is context, not content)."""
     path = list(heading_path)
     while path:
-        prefix = " > ".join(path) + "\n\n"
+        prefix = prefix_line(path)
         if counter.count([prefix])[0] <= max_tokens:
             return prefix
         path = path[1:]
@@ -409,7 +421,7 @@ def _plan_sections(sections: list[tuple[str, list[Block]]], counter: TokenCounte
 
 def _prefixes(sections: list[list[Block]], counter: TokenCounter, max_tokens: int) -> list[tuple[str, int]]:
     """(heading prefix, its tokens) per section, all counted in one call; a long path is shortened on its own."""
-    full = [" > ".join(section[0].heading_path) + "\n\n" if section[0].heading_path else "" for section in sections]
+    full = [prefix_line(section[0].heading_path) for section in sections]
     result = []
     for section, prefix, n_tokens in zip(sections, full, counter.count(full)):
         if n_tokens > max_tokens:

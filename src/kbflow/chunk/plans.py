@@ -23,7 +23,7 @@ import os
 import uuid
 from pathlib import Path
 
-from kbflow.chunk.chunker import Chunk, ChunkJob, _trimmed, chunk_documents
+from kbflow.chunk.chunker import Chunk, ChunkJob, _trimmed, chunk_documents, prefix_line
 from kbflow.chunk.counters import MemoCounter, count_key
 from kbflow.chunk.tokens import TokenCounter
 
@@ -71,7 +71,7 @@ def chunk_remembering(jobs: list[ChunkJob], memories: list[dict], counter: Token
     for job, memory, chunks in zip(jobs, memories, results):
         keys = [count_key(job.markdown[block.char_start:block.char_end]) for block in job.blocks]
         keys += [chunk.embed_sha256[:24] for chunk in chunks]  # a chunk's embedded text, as the chunker counts it
-        keys += [count_key(" > ".join(path) + "\n\n") for path in {tuple(b.heading_path) for b in job.blocks} if path]
+        keys += [count_key(prefix_line(path)) for path in {tuple(b.heading_path) for b in job.blocks} if path]
         trimmed = {count_key(job.markdown[slice(*_trimmed(job.markdown, block.char_start, block.char_end))])
                    for block in job.blocks}  # what a long block's split is keyed by
         memory.clear()
