@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import socket
+
 import pytest
 from prefect.testing.utilities import prefect_test_harness
 
@@ -45,3 +47,37 @@ def snapshot(data_dir, namespace="default"):
     rows = store_of(data_dir, namespace).rows().to_pylist()
     manifest = NamespaceState(data_dir, namespace).read_manifest().sort_by("doc_id").to_pylist()
     return rows, manifest
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def endpoint():
+    """A real S3 endpoint on 127.0.0.1: moto's server on a free port, for the tests of one module."""
+    moto_server = pytest.importorskip("moto.server")
+    port = _free_port()
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    yield f"http://127.0.0.1:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def s3(endpoint, monkeypatch, request):
+    """A fresh bucket; the client environment every reader (s3fs, subprocesses) takes its settings from."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "kbflow-test-key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "kbflow-test-secret")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    boto3 = pytest.importorskip("boto3")
+    import s3fs
+
+    s3fs.S3FileSystem.clear_instance_cache()  # a cached client keeps the endpoint of the module that made it
+    client = boto3.client("s3")
+    bucket = request.node.name.replace("_", "-")[:50].strip("-").lower()
+    client.create_bucket(Bucket=bucket)
+    return client, bucket

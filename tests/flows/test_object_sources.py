@@ -5,7 +5,6 @@ with credentials and endpoint from the standard AWS environment variables."""
 from __future__ import annotations
 
 import io
-import socket
 import zipfile
 
 import pytest
@@ -15,38 +14,10 @@ from kbflow.config import ConvertConfig
 from kbflow.convert.scan import scan
 from kbflow.errors import ConfigError
 from tests.conftest import CASES
-from tests.flows.conftest import store_of
+from tests.flows.conftest import _free_port, store_of
 
 boto3 = pytest.importorskip("boto3")
 moto_server = pytest.importorskip("moto.server")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def endpoint():
-    port = _free_port()
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
-
-
-@pytest.fixture
-def s3(endpoint, monkeypatch, request):
-    """A fresh bucket; the client environment every reader (s3fs, subprocesses) takes its settings from."""
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "kbflow-test-key")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "kbflow-test-secret")
-    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    client = boto3.client("s3")
-    bucket = request.node.name.replace("_", "-")[:50].strip("-").lower()
-    client.create_bucket(Bucket=bucket)
-    return client, bucket
 
 
 def _tree(root) -> dict[str, bytes]:
