@@ -221,3 +221,17 @@ def test_a_renumbered_section_keeps_the_embedded_text_of_its_chunks_below_the_he
     assert all(c.embed_text.startswith("Release notes > Changes\n\nword") for c in new[2:])
     assert [a.embed_sha256 == b.embed_sha256 for a, b in zip(old, new)] == [False, False] + [True] * (len(new) - 2)
     assert [a.text == b.text for a, b in zip(old, new)] == [False, False] + [True] * (len(new) - 2)
+
+
+def test_reembed_recovers_what_the_model_read_under_this_chunker_and_the_one_before():
+    """``kbflow reembed`` re-reads each stored chunk as the old model read it: with the number-free prefix (chunker
+    v3), shortened or not, with the numbered one of a store written before v3, or with none."""
+    from kbflow.engine.reembed import recover_embed_text
+    from kbflow.errors import EmbeddingError
+
+    path = ["E.5. Release 15.17", "E.5.1. Changes"]
+    for read in ("Release 15.17 > Changes\n\nbody", "Changes\n\nbody", "E.5. Release 15.17 > E.5.1. Changes\n\nbody",
+                 "E.5.1. Changes\n\nbody", "body"):
+        assert recover_embed_text("body", path, sha256_text(read)) == read
+    with pytest.raises(EmbeddingError, match="another chunker"):
+        recover_embed_text("body", path, sha256_text("Release 15.18 > Changes\n\nbody"))

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import yaml
 
-from kbflow.chunk.chunker import sha256_text
+from kbflow.chunk.chunker import prefix_line, sha256_text
 from kbflow.config import EmbedderConfig, KbConfig, check_namespace, load_config
 from kbflow.embed import get_embedder
 from kbflow.embed.choice import for_namespace
@@ -171,9 +171,11 @@ def store_namespace_for(namespace: str, model_id: str) -> str:
 
 def recover_embed_text(text: str, heading_path: list[str], embed_sha256: str) -> str:
     """The exact text the old model read for a stored chunk: its text, after the heading prefix the chunker
-    chose ('A > B > C\\n\\n', leading ancestors possibly dropped, or none). Proven by its sha256."""
+    chose ('A > B > C\\n\\n' without section numbers, leading ancestors possibly dropped, or none; before chunker
+    v3, with the numbers). Proven by its sha256."""
     path = list(heading_path or [])
-    candidates = [" > ".join(path[start:]) + "\n\n" + text for start in range(len(path))] + [text]
+    candidates = [prefix + text for start in range(len(path))
+                  for prefix in (prefix_line(path[start:]), " > ".join(path[start:]) + "\n\n")] + [text]
     for candidate in candidates:
         if sha256_text(candidate) == embed_sha256:
             return candidate
