@@ -11,13 +11,13 @@ import os
 from datetime import timedelta
 from pathlib import Path
 
-import lancedb
 
 from kbflow.state import housekeeping
 from kbflow.config import KbConfig, check_namespace
 from kbflow.state.lock import NamespaceLock
 from kbflow.state.manifest import NamespaceState
 from kbflow.engine.reembed import remove_superseded
+from kbflow.stores import location
 from kbflow.stores.factory import store_uri
 
 
@@ -73,7 +73,7 @@ def prune(config: KbConfig, keep_runs: int, namespaces: list[str] | None = None,
     report: dict = {"data_dir": str(data_dir), "bytes_before": dir_bytes(data_dir), "runs_removed": {},
                     "tables": {}}
     uri = store_uri(config)
-    db = lancedb.connect(str(uri)) if uri.is_dir() else None
+    db = location.connect(uri) if location.exists(uri) else None
     tables = _table_names(db) if db is not None else set()
     for namespace in _namespaces(config, namespaces):
         state = NamespaceState(data_dir, namespace)

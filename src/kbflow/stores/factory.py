@@ -7,9 +7,10 @@ from pathlib import Path
 from kbflow.config import KbConfig
 
 
-def store_uri(config: KbConfig) -> Path:
-    """The LanceDB folder: the store when store.kind is lancedb, and the vector cache in every case."""
-    return Path(config.store.uri) if config.store.uri else Path(config.data_dir) / "lancedb"
+def store_uri(config: KbConfig) -> str:
+    """Where the LanceDB tables live (the store when store.kind is lancedb, and the vector cache in every case): a
+    local folder, or an object-storage URL (``kbflow.stores.location``)."""
+    return config.store.uri if config.store.uri else str(Path(config.data_dir) / "lancedb")
 
 
 def open_store(config: KbConfig, namespace: str, dimension: int):

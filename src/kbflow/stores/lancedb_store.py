@@ -33,12 +33,12 @@ import math
 import re
 from pathlib import Path
 
-import lancedb
 import numpy as np
 import pyarrow as pa
 
 from kbflow.errors import ConfigError
 from kbflow.schemas import store_schema
+from kbflow.stores import location
 from kbflow.stores.base import Hit, SearchFilter
 
 IN_LIST_MAX = 500  # ids per IN (...) filter, to keep filter strings bounded
@@ -122,8 +122,7 @@ class LanceStore:
         self.ann_nprobes = ann_nprobes
         self.ann_ef = ann_ef
         self.ann_refine_factor = ann_refine_factor
-        Path(self.uri).mkdir(parents=True, exist_ok=True)
-        self._db = lancedb.connect(self.uri)
+        self._db = location.connect(self.uri)
         self._table = None
         self._fts_ready = False
 
@@ -309,8 +308,7 @@ class LanceStore:
         return table.select(columns) if columns else table
 
     def size_bytes(self) -> int:
-        folder = Path(self.uri) / f"{self.table_name}.lance"
-        return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) if folder.exists() else 0
+        return location.size_bytes(f"{self.uri.rstrip('/')}/{self.table_name}.lance")
 
     def clear(self) -> None:
         if self.exists():

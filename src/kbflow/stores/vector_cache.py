@@ -10,11 +10,11 @@ import hashlib
 import threading
 from pathlib import Path
 
-import lancedb
 import numpy as np
 import pyarrow as pa
 
 from kbflow.schemas import vectors_schema
+from kbflow.stores import location
 from kbflow.stores.lancedb_store import IN_LIST_MAX, open_table_or_none, sql_list
 
 _create_lock = threading.Lock()
@@ -22,12 +22,11 @@ _create_lock = threading.Lock()
 
 class VectorCache:
     def __init__(self, uri: str | Path, model_id: str, dimension: int):
-        Path(uri).mkdir(parents=True, exist_ok=True)
         self.model_id = model_id
         self.dimension = dimension
         self.schema = vectors_schema(dimension)
         self.table_name = "vectors_" + hashlib.sha256(model_id.encode()).hexdigest()[:16]
-        self._db = lancedb.connect(str(uri))
+        self._db = location.connect(uri)
         self._table = None
 
     @property
