@@ -29,22 +29,24 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from kbflow.state.lock import alive
+from kbflow.storage import is_remote, location, write_bytes_atomic
 
 LEASE_S = 60.0  # how long a slot outlives a holder that stopped renewing it (a process on another host that died)
 POLL_S = 2.0  # how often a waiting run asks for the slot again (and looks whether its holder died)
 
 
 def namespace_limit_name(data_dir: str | Path, namespace: str) -> str:
-    digest = hashlib.sha256(str(Path(data_dir).resolve()).encode()).hexdigest()[:8]
+    where = location(data_dir)
+    digest = hashlib.sha256(str(where if is_remote(where) else where.resolve()).encode()).hexdigest()[:8]
     return f"kbflow:{namespace}@{digest}"
 
 
-def holder_file(data_dir: str | Path, namespace: str) -> Path:
+def holder_file(data_dir: str | Path, namespace: str):
     """Who holds the namespace's slot: lease id, pid, host (beside the engine's ingest.lock)."""
-    return Path(data_dir) / "state" / namespace / "queue-slot.json"
+    return location(data_dir) / "state" / namespace / "queue-slot.json"
 
 
-def _release_if_holder_died(client, record: Path) -> bool:
+def _release_if_holder_died(client, record) -> bool:
     """Release the slot of a holder that died on this host; True if it did."""
     try:
         holder = json.loads(record.read_text(encoding="utf-8"))
@@ -65,7 +67,7 @@ def _release_if_holder_died(client, record: Path) -> bool:
     return True
 
 
-def _acquire(client, name: str, record: Path) -> str:
+def _acquire(client, name: str, record) -> str:
     """Wait for the slot (releasing it from a holder that died) and return its lease id."""
     import httpx
     from prefect.client.schemas.objects import ConcurrencyLeaseHolder
@@ -107,9 +109,8 @@ def one_run_per_namespace(data_dir: str | Path, namespace: str):
     with get_client(sync_client=True) as client:
         client.upsert_global_concurrency_limit_by_name(name, limit=1)
         lease_id = _acquire(client, name, record)
-    record.parent.mkdir(parents=True, exist_ok=True)
-    record.write_text(json.dumps({"lease_id": lease_id, "pid": os.getpid(), "host": socket.gethostname(),
-                                  "started": time.time()}), encoding="utf-8")
+    write_bytes_atomic(record, json.dumps({"lease_id": lease_id, "pid": os.getpid(), "host": socket.gethostname(),
+                                           "started": time.time()}).encode("utf-8"), durable=False)
     stop = threading.Event()
     renewer = threading.Thread(target=_renew_until, args=(stop, lease_id), name="kbflow-slot-lease", daemon=True)
     renewer.start()
@@ -118,7 +119,8 @@ def one_run_per_namespace(data_dir: str | Path, namespace: str):
     finally:
         stop.set()
         renewer.join(timeout=5)
-        record.unlink(missing_ok=True)
+        if record.exists():
+            record.unlink()
         try:
             with get_client(sync_client=True) as client:
                 client.release_concurrency_slots_with_lease(lease_id)

@@ -24,6 +24,7 @@ from prefect.runtime import task_run as current_task_run
 from kbflow.config import KbConfig
 from kbflow.engine import stages
 from kbflow.retry import RetryPolicy
+from kbflow.storage import is_remote, location
 
 
 def _given_key(_context, parameters: dict) -> str | None:
@@ -115,10 +116,18 @@ def task_options(policy: RetryPolicy) -> dict:
     return {"retries": policy.attempts - 1, "retry_delay_seconds": 0, "retry_condition_fn": retry_condition(policy)}
 
 
-def result_storage(data_dir: Path) -> LocalFileSystem:
-    """Cached task results under the data dir (pruned by kbflow), as a saved block, which Prefect requires."""
-    basepath = str((Path(data_dir) / "prefect" / "results").resolve())
-    block = LocalFileSystem(basepath=basepath)
+def result_storage(data_dir: str | Path):
+    """Cached task results under the data dir (pruned by kbflow), as a saved block, which Prefect requires: a local
+    folder, or the data dir's object-storage prefix through fsspec (``RemoteFileSystem``)."""
+    results = location(data_dir) / "prefect" / "results"
+    if is_remote(results):
+        from prefect.filesystems import RemoteFileSystem
+
+        basepath = str(results)
+        block = RemoteFileSystem(basepath=basepath)
+    else:
+        basepath = str(results.resolve())
+        block = LocalFileSystem(basepath=basepath)
     block.save("kbflow-results-" + hashlib.sha256(basepath.encode()).hexdigest()[:12], overwrite=True)
     return block
 
@@ -128,7 +137,7 @@ class PrefectRunner:
 
     def __init__(self, config: KbConfig, force: bool = False):
         policies = stages.policies(config)
-        cached = dict(result_storage=result_storage(Path(config.data_dir)), refresh_cache=True if force else None,
+        cached = dict(result_storage=result_storage(config.data_dir), refresh_cache=True if force else None,
                       cache_expiration=timedelta(days=config.flow.cache_days))  # pruned at the same age
         self.tasks = {}
         for name, prefect_task in TASKS.items():

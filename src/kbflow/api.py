@@ -27,14 +27,15 @@ class UnknownNamespace(ConfigError):
 
 
 from kbflow.search.searcher import Searcher  # noqa: E402
-from kbflow.state.lock import NamespaceLock  # noqa: E402
+from kbflow.state.lock import namespace_lock  # noqa: E402
 from kbflow.state.manifest import NamespaceState  # noqa: E402
 from kbflow.stores import Hit, SearchFilter, open_store  # noqa: E402
 
 
 def _config(config: KbConfig | str | Path | None, data_dir: str | Path | None) -> KbConfig:
     if isinstance(config, KbConfig):
-        return config.model_copy(update={"data_dir": Path(data_dir)}) if data_dir else config
+        return config.model_copy(update={"data_dir": data_dir if is_url(str(data_dir)) else Path(data_dir)}) \
+            if data_dir else config
     return load_config(config, data_dir=data_dir)
 
 
@@ -206,7 +207,7 @@ def clear(namespace: str, config: KbConfig | str | Path | None = None, data_dir:
     state = NamespaceState(cfg.data_dir, namespace)
     meta = state.meta() or {}
     removed = 0
-    with NamespaceLock(state.root, namespace):
+    with namespace_lock(state.root, namespace):
         if meta.get("dimension"):
             store = open_store(cfg, state.store_namespace(), meta["dimension"])
             removed = store.count()
@@ -225,5 +226,5 @@ def verify(namespace: str | None = None, config: KbConfig | str | Path | None = 
     namespace = check_namespace(namespace or cfg.namespace)
     if not repair:
         return run_verify(cfg, namespace).to_dict()
-    with NamespaceLock(NamespaceState(cfg.data_dir, namespace).root, namespace):
+    with namespace_lock(NamespaceState(cfg.data_dir, namespace).root, namespace):
         return run_verify(cfg, namespace, repair=True).to_dict()

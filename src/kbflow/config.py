@@ -314,7 +314,8 @@ class RunnerConfig(_Section):
 
 
 class KbConfig(_Section):
-    data_dir: Path = Field(Path("data"), description="Where snapshots, state, stores and Prefect results live.")
+    data_dir: Path | str = Field(Path("data"), description="Where snapshots, state, stores and Prefect results "
+                                 "live: a local folder, or an object-storage URL (s3://bucket/kb).")
     namespace: str = Field("default", description="Namespace ingested and searched when none is given.")
     sources: list[str] = Field(default_factory=list, description="Files and folders ingested when none are given.")
     convert: ConvertConfig = Field(default_factory=ConvertConfig)
@@ -325,6 +326,14 @@ class KbConfig(_Section):
     search: SearchConfig = Field(default_factory=SearchConfig)
     deploy: DeployConfig = Field(default_factory=DeployConfig)
     runner: RunnerConfig = Field(default_factory=RunnerConfig)
+
+    @field_validator("data_dir", mode="before")
+    @classmethod
+    def _local_path_or_url(cls, value):
+        """A URL stays a string (a Path would fold its '//'); anything else is a local Path."""
+        if isinstance(value, str) and "://" in value:
+            return value
+        return Path(value) if isinstance(value, str) else value
 
     @field_validator("namespace")
     @classmethod

@@ -7,37 +7,24 @@ given age; a namespace's table is optimized under its namespace lock, so never u
 
 from __future__ import annotations
 
-import os
 from datetime import timedelta
-from pathlib import Path
 
 
 from kbflow.state import housekeeping
 from kbflow.config import KbConfig, check_namespace
-from kbflow.state.lock import NamespaceLock
+from kbflow.state.lock import namespace_lock
 from kbflow.state.manifest import NamespaceState
 from kbflow.engine.reembed import remove_superseded
-from kbflow.stores import location
+from kbflow import storage
 from kbflow.stores.factory import store_uri
-
-
-def dir_bytes(folder: Path) -> int:
-    """Bytes of every file under ``folder`` (0 when it does not exist)."""
-    total = 0
-    for root, _dirs, files in os.walk(folder):
-        for name in files:
-            try:
-                total += (Path(root) / name).stat().st_size
-            except FileNotFoundError:  # removed while walking (a temporary file renamed into place)
-                pass
-    return total
 
 
 def _namespaces(config: KbConfig, namespaces: list[str] | None) -> list[str]:
     if namespaces:
         return [check_namespace(name) for name in namespaces]
     known = set()
-    for folder in (Path(config.data_dir) / "runs", Path(config.data_dir) / "state"):
+    data_dir = storage.location(config.data_dir)
+    for folder in (data_dir / "runs", data_dir / "state"):
         if folder.is_dir():
             known |= {path.name for path in folder.iterdir() if path.is_dir()}
     return sorted(known)
@@ -69,15 +56,15 @@ def prune(config: KbConfig, keep_runs: int, namespaces: list[str] | None = None,
     (default: flow.cache_days), and LanceDB versions older than ``versions_older_than`` after compaction."""
     if keep_runs < 1:
         raise ValueError(f"keep_runs must be at least 1 (got {keep_runs}): the newest run's snapshots stay")
-    data_dir = Path(config.data_dir)
-    report: dict = {"data_dir": str(data_dir), "bytes_before": dir_bytes(data_dir), "runs_removed": {},
+    data_dir = storage.location(config.data_dir)
+    report: dict = {"data_dir": str(data_dir), "bytes_before": storage.tree_bytes(data_dir), "runs_removed": {},
                     "tables": {}}
     uri = store_uri(config)
-    db = location.connect(uri) if location.exists(uri) else None
+    db = storage.lance_connect(uri) if storage.location(uri).is_dir() else None
     tables = _table_names(db) if db is not None else set()
     for namespace in _namespaces(config, namespaces):
         state = NamespaceState(data_dir, namespace)
-        with NamespaceLock(state.root, namespace):
+        with namespace_lock(state.root, namespace):
             report["runs_removed"][namespace] = housekeeping.prune_runs(data_dir / "runs" / namespace, keep_runs)
             superseded = remove_superseded(config, namespace)  # tables a `kbflow reembed` switched away from
             if superseded:
@@ -85,11 +72,11 @@ def prune(config: KbConfig, keep_runs: int, namespaces: list[str] | None = None,
             table_name = f"chunks_{state.store_namespace()}"
             if config.store.kind == "lancedb" and table_name in tables:
                 report["tables"][table_name] = _optimize(db.open_table(table_name), versions_older_than)
-        if state.root.is_dir() and not any(state.root.iterdir()):  # the lock made the folder; a namespace never ingested keeps no trace
+        if not storage.is_remote(state.root) and state.root.is_dir() and not any(state.root.iterdir()):  # the lock made the folder; a namespace never ingested keeps no trace
             state.root.rmdir()
     for table_name in sorted(t for t in tables if t.startswith("vectors_")):  # vector caches: append-only
         report["tables"][table_name] = _optimize(db.open_table(table_name), versions_older_than)
     days = config.flow.cache_days if result_days is None else result_days
     report["results_removed"] = housekeeping.prune_results(data_dir / "prefect" / "results", days)
-    report["bytes_after"] = dir_bytes(data_dir)
+    report["bytes_after"] = storage.tree_bytes(data_dir)
     return report

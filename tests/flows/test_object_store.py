@@ -5,6 +5,7 @@ endpoint from the standard AWS environment). The data dir (manifest, state, snap
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from kbflow import api
 from kbflow.config import load_config
@@ -17,6 +18,14 @@ CONTENT = ["chunk_id", "source_path", "ordinal", "heading_path", "text", "text_t
 
 def _rows(uri: str) -> list[dict]:
     return LanceStore(uri, "default", DIM).rows(CONTENT).to_pylist()
+
+
+def _assert_same_rows(a: list[dict], b: list[dict]) -> None:
+    """Row for row the same, vectors equal to float noise (the same texts, embedded in other batches)."""
+    assert len(a) == len(b) > 0
+    for x, y in zip(a, b):
+        assert {k: v for k, v in x.items() if k != "vector"} == {k: v for k, v in y.items() if k != "vector"}
+        assert np.allclose(x["vector"], y["vector"], atol=1e-5)
 
 
 def test_store_and_vector_cache_in_a_bucket_hold_what_a_local_run_holds(s3, docs_dir, tmp_path, monkeypatch, counting):
@@ -33,11 +42,9 @@ def test_store_and_vector_cache_in_a_bucket_hold_what_a_local_run_holds(s3, docs
     assert any(k.startswith("kb/lancedb/vectors_") for k in keys)
     assert not (tmp_path / "runner-1" / "lancedb").exists()  # nothing of the tables on the local disk
 
-    on_s3, on_disk = _rows(uri), _rows(str(tmp_path / "local" / "lancedb"))
-    assert len(on_s3) == len(on_disk) == first["store"]["count"] == local["store"]["count"]
-    for a, b in zip(on_s3, on_disk):
-        assert {k: v for k, v in a.items() if k != "vector"} == {k: v for k, v in b.items() if k != "vector"}
-        assert np.allclose(a["vector"], b["vector"], atol=1e-5)
+    on_s3 = _rows(uri)
+    _assert_same_rows(on_s3, _rows(str(tmp_path / "local" / "lancedb")))
+    assert len(on_s3) == first["store"]["count"] == local["store"]["count"]
 
     counting.texts_embedded = 0
     again = api.ingest([str(docs_dir)], data_dir=tmp_path / "runner-1")
@@ -59,3 +66,93 @@ def test_store_and_vector_cache_in_a_bucket_hold_what_a_local_run_holds(s3, docs
     report = prune(load_config(data_dir=tmp_path / "runner-1"), keep_runs=1)
     assert "chunks_default" in report["tables"] and any(t.startswith("vectors_") for t in report["tables"])
     assert len(_rows(uri)) == changed["store"]["count"]  # compacted, old versions removed, every row kept
+
+
+def test_the_whole_knowledge_base_in_a_bucket_and_a_second_fresh_process_finds_it(s3, docs_dir, tmp_path, monkeypatch,
+                                                                                   counting):
+    """`data_dir: s3://bucket/kb`: tables, manifest, namespace state, run snapshots, chunk plans and the conversion
+    cache all in the bucket, nothing on the local disk; then a CI-backfill-shaped second run from a fresh process in
+    a fresh working folder embeds nothing and searches; a deletion reaches the bucket; the lock is the bucket's."""
+    import json
+    import subprocess
+    import sys
+
+    from kbflow.state.lock import NamespaceLocked as Locked, namespace_lock
+    from kbflow.state.manifest import NamespaceState
+    from tests.flows.conftest import subprocess_env
+
+    client, bucket = s3
+    data = f"s3://{bucket}/kb"
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    local = api.ingest([str(docs_dir)], data_dir=tmp_path / "local")
+    first = api.ingest([str(docs_dir)], data_dir=data)
+    assert first["documents"]["new"] == 4 and first["documents"]["failed"] == 0 and first["chunks"]["embedded"] > 0
+    keys = {o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix="kb/")["Contents"]}
+    for prefix in ("kb/state/default/manifest.parquet", "kb/state/default/namespace.json",
+                   "kb/state/default/last_run.json", f"kb/runs/default/{first['run_id']}/chunks/part-00000.parquet",
+                   f"kb/runs/default/{first['run_id']}/failures.parquet", "kb/state/default/chunk-plans/",
+                   "kb/prefect/results/kbflow-convert/", "kb/lancedb/chunks_default.lance/", "kb/lancedb/vectors_"):
+        assert any(key.startswith(prefix) for key in keys), prefix
+    assert not any(key.endswith("ingest.lock") for key in keys)  # released
+    assert list(work.iterdir()) == []  # nothing written where it ran
+    _assert_same_rows(_rows(f"{data}/lancedb"), _rows(str(tmp_path / "local" / "lancedb")))
+    assert first["store"]["count"] == local["store"]["count"]
+    manifest = NamespaceState(data, "default").read_manifest()
+    assert manifest.num_rows == 4 and sum(len(ids) for ids in manifest.column("chunk_ids").to_pylist()) == \
+        first["store"]["count"]
+
+    fresh = tmp_path / "runner-2"
+    fresh.mkdir()
+    env = subprocess_env()
+    rerun = subprocess.run([sys.executable, "-m", "kbflow", "ingest", str(docs_dir), "--data-dir", data, "--json"],
+                           cwd=fresh, env=env, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    summary = json.loads(rerun.stdout)
+    assert summary["chunks"]["embedded"] == 0 and summary["documents"]["unchanged"] == 4
+    found = subprocess.run([sys.executable, "-m", "kbflow", "search", "how do I restore a backup", "--data-dir", data,
+                            "--json"], cwd=fresh, env=env, capture_output=True, text=True, timeout=300)
+    assert found.returncode == 0, found.stdout + found.stderr
+    assert json.loads(found.stdout)[0]["source_path"] == "docs/backups.md"
+    assert list(fresh.iterdir()) == []
+
+    (docs_dir / "search.md").unlink()
+    removed = api.ingest([str(docs_dir)], data_dir=data)
+    assert removed["documents"]["removed"] == 1 and removed["chunks"]["deleted"] > 0
+    assert all(row["source_path"] != "docs/search.md" for row in _rows(f"{data}/lancedb"))
+    assert api.stats(data_dir=data)["documents"] == 3 and [n["namespace"] for n in api.namespaces(data_dir=data)] == \
+        ["default"]
+
+    with namespace_lock(NamespaceState(data, "default").root, "default"):
+        with pytest.raises(Locked, match="being ingested"):
+            api.ingest([str(docs_dir)], data_dir=data)
+    report = prune(load_config(data_dir=data), keep_runs=1)
+    assert len(report["runs_removed"]["default"]) == 2
+    runs = {key.split("/")[3] for key in (o["Key"] for o in client.list_objects_v2(Bucket=bucket,
+                                                                                   Prefix="kb/runs/default/")["Contents"])}
+    assert runs == {removed["run_id"]}
+
+
+def test_a_run_whose_lease_lapsed_stops_before_writing(s3, docs_dir, tmp_path, monkeypatch, counting):
+    """Before each store write the engine asks the lock whether it still holds the namespace: a lease that could not
+    be renewed (this run stalled, another may have taken over) ends the run with nothing written, and the next run
+    does the work."""
+    from kbflow.state.lock import NamespaceLocked
+    from kbflow.state.manifest import NamespaceState
+    from kbflow.state.object_lock import ObjectLock
+
+    _, bucket = s3
+    data = f"s3://{bucket}/kb"
+
+    def lapsed(self):
+        raise NamespaceLocked(f"namespace {self.namespace!r}: this run's lease {self.url} lapsed")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ObjectLock, "check", lapsed)
+        with pytest.raises(NamespaceLocked, match="lapsed"):
+            api.ingest([str(docs_dir)], data_dir=data)
+    assert NamespaceState(data, "default").read_manifest().num_rows == 0
+    assert LanceStore(f"{data}/lancedb", "default", DIM).count() == 0
+    done = api.ingest([str(docs_dir)], data_dir=data)
+    assert done["documents"]["new"] == 4 and done["store"]["count"] > 0

@@ -15,7 +15,7 @@ from kbflow.flows.ingest import ingest
 from kbflow import api
 from kbflow.cli import app
 from kbflow.deploy import BackfillRequest
-from kbflow.prune import dir_bytes
+from kbflow.storage import location, tree_bytes
 from tests.flows.conftest import snapshot
 
 
@@ -33,7 +33,7 @@ def test_data_dir_stops_growing_across_noop_runs(docs_dir, tmp_path, counting):
     for _ in range(4):
         summary = ingest(sources=[str(docs_dir)], config_path=str(config))
         assert summary["documents"]["unchanged"] == 4 and summary["chunks"]["embedded"] == 0
-        sizes.append(dir_bytes(data))
+        sizes.append(tree_bytes(location(data)))
     assert len(list((data / "runs" / "default").iterdir())) == 1
     assert _versions(data) == versions  # a no-op run writes no store version
     # once keep_runs is reached, a no-op run only rewrites fixed-size state (last_run.json, the lock)

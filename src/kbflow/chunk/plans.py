@@ -19,20 +19,19 @@ chunked and rewritten after, through a temporary name and a rename. A removed do
 from __future__ import annotations
 
 import json
-import os
-import uuid
 from pathlib import Path
 
 from kbflow.chunk.chunker import Chunk, ChunkJob, _trimmed, chunk_documents, prefix_line
 from kbflow.chunk.counters import MemoCounter, count_key
 from kbflow.chunk.tokens import TokenCounter
+from kbflow.storage import location, write_bytes_atomic
 
 
 class PlanCache:
     def __init__(self, root: str | Path):
-        self.root = Path(root)
+        self.root = location(root)
 
-    def _path(self, doc_id: str) -> Path:
+    def _path(self, doc_id: str):
         return self.root / doc_id[:2] / f"{doc_id}.json"
 
     def load(self, doc_id: str) -> dict[str, dict]:
@@ -43,11 +42,8 @@ class PlanCache:
         return plans if isinstance(plans, dict) else {}
 
     def save(self, doc_id: str, plans: dict[str, dict]) -> None:
-        path = self._path(doc_id)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp-kbflow")
-        tmp.write_text(json.dumps(plans, ensure_ascii=False, separators=(",", ":")), encoding="utf-8")
-        os.replace(tmp, path)
+        write_bytes_atomic(self._path(doc_id), json.dumps(plans, ensure_ascii=False, separators=(",", ":")).encode(),
+                           durable=False)
 
     def forget(self, doc_ids: list[str]) -> None:
         for doc_id in doc_ids:

@@ -10,20 +10,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import uuid
 from pathlib import Path
 
 from kbflow.convert.scan import SourceFile
+from kbflow.storage import location, write_bytes_atomic
 
 CACHED_FIELDS = ("converter", "markdown", "encoding")
 
 
 class ConversionCache:
     def __init__(self, root: str | Path):
-        self.root = Path(root)
+        self.root = location(root)
 
-    def _path(self, source_sha256: str, fingerprint: str) -> Path:
+    def _path(self, source_sha256: str, fingerprint: str):
         key = hashlib.sha256(f"{source_sha256}\x00{fingerprint}".encode()).hexdigest()
         return self.root / key[:2] / f"{key}.json"
 
@@ -40,8 +39,6 @@ class ConversionCache:
 
     def put(self, source_sha256: str, fingerprint: str, row: dict) -> None:
         """Store a success under the hash of the bytes that were converted (not the scan's, which may be older)."""
-        path = self._path(source_sha256, fingerprint)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-        tmp.write_text(json.dumps({k: row[k] for k in CACHED_FIELDS}, ensure_ascii=False), encoding="utf-8")
-        os.replace(tmp, path)
+        write_bytes_atomic(self._path(source_sha256, fingerprint),
+                           json.dumps({k: row[k] for k in CACHED_FIELDS}, ensure_ascii=False).encode("utf-8"),
+                           durable=False)

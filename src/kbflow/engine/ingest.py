@@ -49,9 +49,10 @@ from kbflow.errors import ConfigError, KbflowError
 from kbflow.failpoints import failpoint
 from kbflow.schemas import CHUNKS, DOCUMENTS, SECTIONS
 from kbflow.state import housekeeping
-from kbflow.state.lock import NamespaceLock
+from kbflow.state.lock import namespace_lock
 from kbflow.state.manifest import NamespaceState
 from kbflow.state.snapshots import clean_temporaries, write_table
+from kbflow.storage import location
 from kbflow.stores import open_store
 from kbflow.stores.errors import store_errors
 from kbflow.stores.factory import store_uri
@@ -95,6 +96,7 @@ class Run:
     seconds: dict[str, float] = field(default_factory=lambda: {stage: 0.0 for stage in STAGE_NAMES})
     store: object = None
     cache: VectorCache | None = None
+    lock: object = None  # the namespace's lock: checked before each store write (a lease on object storage can lapse)
     auth_refused: BaseException | None = None
     embedding_counts_at_start: dict[str, int] = field(default_factory=dict)
 
@@ -130,7 +132,7 @@ def _ingest(config: KbConfig, job: IngestJob, runner: StageRunner, run_id: str) 
     texts = job.texts or []
     if not sources and not texts:
         raise ConfigError("nothing to ingest: pass files or folders, or set `sources` in the config file")
-    data_dir = Path(config.data_dir)
+    data_dir = location(config.data_dir)
     state = NamespaceState(data_dir, namespace)
     embedder = get_embedder(for_namespace(config.embedder, state.meta()))
     state.check_model(embedder.model_id, embedder.dimension)
@@ -153,7 +155,8 @@ def _ingest(config: KbConfig, job: IngestJob, runner: StageRunner, run_id: str) 
         return _finish(run, wall_started)
 
     # a data dir that cannot be written (permissions, read-only or full disk) is one clear error, naming the path
-    with store_errors(f"ingesting into data dir {str(data_dir)!r}"), NamespaceLock(state.root, namespace):
+    with store_errors(f"ingesting into data dir {str(data_dir)!r}"), namespace_lock(state.root, namespace) as lock:
+        run.lock = lock
         # one writer per namespace; the plan is made under the lock
         plan = _plan(run, sources, texts, job.add_only)
         check_deletion_guard(plan, len(state.read_manifest()), config.flow.max_delete_fraction, job.allow_mass_delete)
@@ -248,7 +251,7 @@ def _ingest_batches(run: Run, plan: Plan, texts_by_path: dict[str, str]) -> None
     config, todo, size = run.config, plan.todo, run.config.flow.doc_batch
     batches = [todo[i:i + size] for i in range(0, len(todo), size)]
     # per-document conversion cache, pruned with the results; --force converts everything again
-    convert_cache_dir = None if run.force else str(Path(config.data_dir) / "prefect" / "results" / "kbflow-convert")
+    convert_cache_dir = None if run.force else str(location(config.data_dir) / "prefect" / "results" / "kbflow-convert")
 
     def start_convert(index: int):
         files = [s for s in batches[index] if s.abs_path]
@@ -418,6 +421,7 @@ def _upsert(run: Run, documents, chunks, vectors, failed_keys, label: str) -> No
                                         "its stored version is kept and the next run retries it"})
     if not ready:
         return
+    run.lock.check()
     ready_ids = {doc["doc_id"] for doc in ready}
     doc_chunks = chunks_of(chunks, ready_ids)
     rows = store_rows(doc_chunks, {doc["doc_id"]: doc["source_path"] for doc in ready}, vectors,
@@ -439,6 +443,7 @@ def _delete(run: Run, plan: Plan) -> None:
     """Documents whose source vanished: their chunks leave the store, then their manifest rows."""
     started = time.perf_counter()
     removed_ids = [row["doc_id"] for row in plan.removed]
+    run.lock.check()
     run.summary["chunks"]["deleted"] += run.runner.run("delete", run.store, removed_ids,
                                                        label=f"{len(removed_ids)} removed docs")
     failpoint("delete.after_store")

@@ -31,7 +31,7 @@ from kbflow.engine.embedding import embed_with_cache
 from kbflow.engine.runner import DirectRunner, StageRunner
 from kbflow.errors import ConfigError, EmbeddingError
 from kbflow.schemas import store_schema
-from kbflow.state.lock import NamespaceLock
+from kbflow.state.lock import namespace_lock
 from kbflow.state.manifest import NamespaceState
 from kbflow.stores import open_store
 from kbflow.stores.factory import store_uri
@@ -73,7 +73,7 @@ def reembed(config: KbConfig, namespace: str, model: str, eval_beir: str | None 
     summary = {"namespace": namespace, "from": meta["model_id"], "to": embedder.model_id, "switched": False,
                "chunks": 0, "embedded": 0, "reused": 0, "failures": []}
     try:
-        with NamespaceLock(state.root, namespace):
+        with namespace_lock(state.root, namespace):
             _reembed(config, target_config, state, meta, embedder, eval_beir, max_ndcg_drop, runner, summary)
     finally:
         if own_runner:

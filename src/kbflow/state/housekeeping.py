@@ -2,29 +2,31 @@
 
 from __future__ import annotations
 
-import shutil
 import time
-from pathlib import Path
+
+from kbflow.storage import location, remove_tree
 
 
-def prune_runs(runs_dir: Path, keep: int) -> list[str]:
+def prune_runs(runs_dir, keep: int) -> list[str]:
     """Keep the ``keep`` newest run folders (run ids start with a UTC timestamp, so names sort by age)."""
-    if not Path(runs_dir).exists():
+    runs_dir = location(runs_dir)
+    if not runs_dir.exists():
         return []
-    runs = sorted(p for p in Path(runs_dir).iterdir() if p.is_dir())
+    runs = sorted((p for p in runs_dir.iterdir() if p.is_dir()), key=lambda p: p.name)
     removed = runs[: max(len(runs) - keep, 0)]
     for run in removed:
-        shutil.rmtree(run, ignore_errors=True)
+        remove_tree(run)
     return [run.name for run in removed]
 
 
-def prune_results(results_dir: Path, max_age_days: float) -> int:
+def prune_results(results_dir, max_age_days: float) -> int:
     """Remove cached task results older than their cache expiry: they can never be hit again."""
-    if not Path(results_dir).exists():
+    results_dir = location(results_dir)
+    if not results_dir.exists():
         return 0
     cutoff = time.time() - max_age_days * 86400
     removed = 0
-    for path in Path(results_dir).rglob("*"):
+    for path in results_dir.rglob("*"):
         if path.is_file() and path.stat().st_mtime < cutoff:
             path.unlink(missing_ok=True)
             removed += 1

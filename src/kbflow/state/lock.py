@@ -63,9 +63,25 @@ class NamespaceLock:
         if self._holder().get("pid") == os.getpid():
             self.path.unlink(missing_ok=True)
 
+    def check(self) -> None:
+        """Still held (a lock file is not taken from a live process: nothing to check; see ObjectLock)."""
+
     def __enter__(self):
         self.acquire()
         return self
 
     def __exit__(self, *exc):
         self.release()
+
+
+def namespace_lock(state_root, namespace: str):
+    """The one-writer lock of a namespace: a lock file on a local (or NFS) data dir, a lease object
+    (``object_lock.ObjectLock``) on object storage."""
+    from kbflow.storage import is_remote, location
+
+    root = location(state_root)
+    if is_remote(root):
+        from kbflow.state.object_lock import ObjectLock
+
+        return ObjectLock(str(root), namespace)
+    return NamespaceLock(root, namespace)

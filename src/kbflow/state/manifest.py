@@ -8,8 +8,6 @@ idempotently.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -18,21 +16,18 @@ import pyarrow.compute as pc
 
 from kbflow.errors import ModelMismatchError
 from kbflow.schemas import MANIFEST
-from kbflow.state.snapshots import TMP_SUFFIX, read_table, write_table
+from kbflow.state.snapshots import read_table, write_table
+from kbflow.storage import location, remove_tree, write_bytes_atomic
 
 
-
-def _write_json(path: Path, payload: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + TMP_SUFFIX)  # cleaned like any snapshot leftover
-    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True), encoding="utf-8")
-    os.replace(tmp, path)
+def _write_json(path, payload: dict) -> None:
+    write_bytes_atomic(path, json.dumps(payload, indent=2, sort_keys=True).encode("utf-8"))
 
 
 class NamespaceState:
     def __init__(self, data_dir: str | Path, namespace: str):
         self.namespace = namespace
-        self.root = Path(data_dir) / "state" / namespace
+        self.root = location(data_dir) / "state" / namespace
         self.manifest_path = self.root / "manifest.parquet"
         self.meta_path = self.root / "namespace.json"
         self.last_run_path = self.root / "last_run.json"
@@ -106,10 +101,10 @@ class NamespaceState:
         _write_json(self.last_run_path, summary)
 
     def clear(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
+        remove_tree(self.root)
 
 
 def namespaces(data_dir: str | Path) -> list[str]:
     """The namespaces that exist under ``data_dir`` (those with a recorded model), sorted."""
-    root = Path(data_dir) / "state"
+    root = location(data_dir) / "state"
     return sorted(p.parent.name for p in root.glob("*/namespace.json")) if root.is_dir() else []

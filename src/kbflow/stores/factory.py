@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from kbflow.config import KbConfig
+from kbflow.storage import location
 
 
 def store_uri(config: KbConfig) -> str:
     """Where the LanceDB tables live (the store when store.kind is lancedb, and the vector cache in every case): a
     local folder, or an object-storage URL (``kbflow.stores.location``)."""
-    return config.store.uri if config.store.uri else str(Path(config.data_dir) / "lancedb")
+    return config.store.uri if config.store.uri else str(location(config.data_dir) / "lancedb")
 
 
 def open_store(config: KbConfig, namespace: str, dimension: int):

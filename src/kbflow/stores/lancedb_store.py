@@ -38,7 +38,7 @@ import pyarrow as pa
 
 from kbflow.errors import ConfigError
 from kbflow.schemas import store_schema
-from kbflow.stores import location
+from kbflow import storage
 from kbflow.stores.base import Hit, SearchFilter
 
 IN_LIST_MAX = 500  # ids per IN (...) filter, to keep filter strings bounded
@@ -122,7 +122,7 @@ class LanceStore:
         self.ann_nprobes = ann_nprobes
         self.ann_ef = ann_ef
         self.ann_refine_factor = ann_refine_factor
-        self._db = location.connect(self.uri)
+        self._db = storage.lance_connect(self.uri)
         self._table = None
         self._fts_ready = False
 
@@ -308,7 +308,7 @@ class LanceStore:
         return table.select(columns) if columns else table
 
     def size_bytes(self) -> int:
-        return location.size_bytes(f"{self.uri.rstrip('/')}/{self.table_name}.lance")
+        return storage.tree_bytes(storage.location(f"{self.uri.rstrip('/')}/{self.table_name}.lance"))
 
     def clear(self) -> None:
         if self.exists():

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from kbflow.schemas import vectors_schema
-from kbflow.stores import location
+from kbflow import storage
 from kbflow.stores.lancedb_store import IN_LIST_MAX, open_table_or_none, sql_list
 
 _create_lock = threading.Lock()
@@ -26,7 +26,7 @@ class VectorCache:
         self.dimension = dimension
         self.schema = vectors_schema(dimension)
         self.table_name = "vectors_" + hashlib.sha256(model_id.encode()).hexdigest()[:16]
-        self._db = location.connect(uri)
+        self._db = storage.lance_connect(uri)
         self._table = None
 
     @property
