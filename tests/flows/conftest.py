@@ -78,6 +78,10 @@ def s3(endpoint, monkeypatch, request):
 
     s3fs.S3FileSystem.clear_instance_cache()  # a cached client keeps the endpoint of the module that made it
     client = boto3.client("s3")
-    bucket = request.node.name.replace("_", "-")[:50].strip("-").lower()
+    import hashlib
+
+    # one bucket per test, parameters included (a name cut short would be shared between them)
+    bucket = (request.node.originalname.replace("_", "-")[:40].strip("-").lower() + "-" +
+              hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:8])
     client.create_bucket(Bucket=bucket)
     return client, bucket

@@ -156,3 +156,64 @@ def test_a_run_whose_lease_lapsed_stops_before_writing(s3, docs_dir, tmp_path, m
     assert LanceStore(f"{data}/lancedb", "default", DIM).count() == 0
     done = api.ingest([str(docs_dir)], data_dir=data)
     assert done["documents"]["new"] == 4 and done["store"]["count"] > 0
+
+
+# the crash test's corpus, config and clean local run (module fixtures), reused for the same checks on a bucket
+from tests.flows.test_crash import clean_run, config_file, crash_corpus  # noqa: E402,F401
+
+S3_KILL_POINTS = ["convert.done=2", "embed.batch_done=3", "upsert.after_store=2", "run.finishing"]
+
+
+@pytest.mark.parametrize("point", S3_KILL_POINTS)
+def test_sigkill_with_the_data_dir_in_a_bucket_then_rerun_equals_a_clean_run(point, s3, crash_corpus, config_file,
+                                                                              clean_run, tmp_path):
+    """A real SIGKILL of `kbflow ingest` at a failpoint with `--data-dir s3://…`, then a re-run: the bucket ends
+    holding what a clean local run holds, row for row, manifest included; the dead run's lease is taken over at
+    once (its holder died on this host) and released."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from kbflow.flows.ingest import ingest
+    from kbflow.state.manifest import NamespaceState
+    from kbflow.stores.vector_cache import VectorCache
+    from tests.flows.conftest import subprocess_env
+
+    client, bucket = s3
+    data = f"s3://{bucket}/kb"
+    clean_dir, clean_summary = clean_run
+    log = tmp_path / "killed.log"
+    with open(log, "wb") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "kbflow.cli", "ingest", str(crash_corpus), "--data-dir", data, "--config",
+             str(config_file), "--json"], stdout=subprocess.DEVNULL, stderr=stderr,
+            env=subprocess_env(KBFLOW_FAILPOINTS=f"{point}:kill"), start_new_session=True, cwd=tmp_path)
+        try:
+            process.wait(timeout=600)
+        finally:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert process.returncode == -signal.SIGKILL, log.read_text(errors="replace")[-2000:]
+    keys = {o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix="kb/")["Contents"]}
+    assert "kb/state/default/ingest.lock" in keys  # the dead run's lease
+
+    model_id = NamespaceState(clean_dir, "default").meta()["model_id"]
+    cached_before = VectorCache(f"{data}/lancedb", model_id, 384).count()
+    resumed = ingest(sources=[str(crash_corpus)], data_dir=data, config_path=str(config_file))
+    assert resumed["documents"]["failed"] == 0
+    assert resumed["chunks"]["embedded"] == clean_summary["chunks"]["embedded"] - cached_before
+    on_s3 = LanceStore(f"{data}/lancedb", "default", 384).rows()
+    local = LanceStore(clean_dir / "lancedb", "default", 384).rows()
+    assert on_s3.drop_columns(["vector"]).to_pylist() == local.drop_columns(["vector"]).to_pylist()
+    assert np.allclose(np.array(on_s3.column("vector").to_pylist()), np.array(local.column("vector").to_pylist()),
+                       atol=1e-5)
+    columns = ["doc_id", "source_path", "source_sha256", "chunk_ids"]
+    assert NamespaceState(data, "default").read_manifest().select(columns).to_pylist() == \
+        NamespaceState(clean_dir, "default").read_manifest().select(columns).to_pylist()
+    keys = {o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix="kb/state/")["Contents"]}
+    assert "kb/state/default/ingest.lock" not in keys and "kb/state/default/queue-slot.json" not in keys
+    again = ingest(sources=[str(crash_corpus)], data_dir=data, config_path=str(config_file))
+    assert again["chunks"]["embedded"] == 0 and again["documents"]["unchanged"] == clean_summary["documents"]["new"]

@@ -8,8 +8,9 @@ an object, ``<state>/ingest.lock``, and every change to it is a conditional writ
   can only overwrite its own lease;
 * **take over**: a lease not renewed for ``2 x lease_s``, judged by the store's own clock (the object's
   ``Last-Modified`` against the ``Date`` of the same response: no two machines' clocks are compared), belongs to
-  a dead or stalled run; it is replaced with ``If-Match: <the stale ETag>``, so of several runs that saw it stale,
-  one wins;
+  a dead or stalled run, and so does one whose holder ran on this host and is no longer alive (a crash re-run on
+  the same machine does not wait out the lease, as with the local lock file); it is replaced with
+  ``If-Match: <the stale ETag>``, so of several runs that saw it free, one wins;
 * **release**: ``DeleteObject`` with ``If-Match: <its ETag>`` removes only its own lease.
 
 A holder whose renewal fails (it stalled past its lease and was taken over) is told by ``check()``, which the
@@ -28,7 +29,7 @@ import uuid
 
 from kbflow.convert.objects import filesystem
 from kbflow.errors import ConfigError
-from kbflow.state.lock import NamespaceLocked
+from kbflow.state.lock import NamespaceLocked, alive
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,8 @@ class ObjectLock:
         head = self.fs.call_s3("head_object", Bucket=self.bucket, Key=self.key)
         holder = self._holder()
         age = self._store_now(head) - head["LastModified"].timestamp()
-        if age <= STALE_AFTER * float(holder.get("lease_s", self.lease_s)):
+        died_here = holder.get("host") == socket.gethostname() and not alive(int(holder.get("pid", 0) or 0))
+        if not died_here and age <= STALE_AFTER * float(holder.get("lease_s", self.lease_s)):
             started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(holder.get("started", 0)))
             raise NamespaceLocked(
                 f"namespace {self.namespace!r} is being ingested by pid {holder.get('pid')} on {holder.get('host')} "
