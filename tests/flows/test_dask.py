@@ -58,3 +58,41 @@ def test_dask_cluster_run_stores_what_the_thread_runner_stores(tmp_path):
     for a, b in zip(by_dask, by_thread):
         assert {k: v for k, v in a.items() if k != "vector"} == {k: v for k, v in b.items() if k != "vector"}
         assert np.allclose(a["vector"], b["vector"], atol=1e-5)
+
+
+def test_dask_workers_that_share_no_disk_ingest_into_a_bucket(s3, tmp_path, monkeypatch):
+    """Issue 19.3: the data dir is an S3 URL (moto's server on 127.0.0.1); the cluster's worker processes have only
+    their own scratch folders, the flow's process an empty working folder. Everything the run keeps goes to the
+    bucket, nothing to a local disk, and the store equals a single-process run's."""
+    client, bucket = s3
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name in ("backups.md", "search.md"):
+        shutil.copy(CASES / "docs" / name, docs / name)
+    thread_summary = ingest(sources=[str(docs)], config_path=_config(tmp_path, "threads", ""))
+
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    data = f"s3://{bucket}/kb"
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                  dashboard_address=None, local_directory=str(tmp_path / "scratch")) as cluster:
+        path = tmp_path / "dask-s3.yaml"
+        path.write_text(f"data_dir: {data}\nembedder:\n  task_batch: 4\nrunner:\n  kind: dask\n"
+                        f"  dask_address: {cluster.scheduler_address}\n", encoding="utf-8")
+        flow = with_task_runner(ingest, load_config(str(path)))
+        summary = flow(sources=[str(docs)], config_path=str(path))
+    assert summary["documents"] == thread_summary["documents"] and summary["chunks"] == thread_summary["chunks"]
+    assert list(work.iterdir()) == []  # the flow's process and the workers (same working folder) wrote nothing here
+    kept = [p for p in (tmp_path / "scratch").rglob("*") if p.suffix in (".parquet", ".lance", ".manifest", ".json")
+            and "kbflow" in str(p) or p.name in ("lancedb", "state", "runs")]
+    assert kept == []  # nor in their scratch folders
+    keys = {o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix="kb/")["Contents"]}
+    assert any(k.startswith("kb/state/default/manifest.parquet") for k in keys)
+    assert any(k.startswith("kb/prefect/results/") for k in keys)  # the workers' cached split/chunk results
+    by_dask = sorted(LanceStore(f"{data}/lancedb", "default", 384).rows().to_pylist(), key=lambda r: r["chunk_id"])
+    by_thread = _stored(tmp_path / "threads")
+    assert [r["chunk_id"] for r in by_dask] == [r["chunk_id"] for r in by_thread] and by_dask
+    for a, b in zip(by_dask, by_thread):
+        assert {k: v for k, v in a.items() if k != "vector"} == {k: v for k, v in b.items() if k != "vector"}
+        assert np.allclose(a["vector"], b["vector"], atol=1e-5)
