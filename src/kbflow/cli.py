@@ -410,13 +410,15 @@ def bench_ingest(
     update_to: Optional[Path] = typer.Option(None, "--update-to", help="A later version of the corpus to update to."),
     out_file: Path = typer.Option(Path("bench-results/ingest.json"), "--out", help="Where the JSON result goes."),
     work_dir: Optional[Path] = typer.Option(None, "--work-dir", help="Scratch folder (default: a temporary one)."),
+    bench_data_dir: Optional[str] = typer.Option(None, "--data-dir", help="Where the knowledge base goes (default: "
+                                                 "<work-dir>/data); an s3:// URL measures object storage."),
     config: Optional[Path] = ConfigOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Full ingest, no-op re-run, optional update, and the raw-encode floor, timed in one process."""
     from kbflow.bench.ingest import bench_ingest as run_bench
 
-    _run_bench(lambda: run_bench(corpus, update_to, out_file, work_dir, config), as_json,
+    _run_bench(lambda: run_bench(corpus, update_to, out_file, work_dir, config, bench_data_dir), as_json,
                lambda result: out.print_json(json.dumps(result["ratios"])), out_file)
 
 

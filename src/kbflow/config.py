@@ -330,9 +330,9 @@ class KbConfig(_Section):
     @field_validator("data_dir", mode="before")
     @classmethod
     def _local_path_or_url(cls, value):
-        """A URL stays a string (a Path would fold its '//'); anything else is a local Path."""
-        if isinstance(value, str) and "://" in value:
-            return value
+        """A URL (or a UPath of one) stays a string (a Path would fold its '//'); anything else is a local Path."""
+        if not isinstance(value, Path) and "://" in str(value):
+            return str(value)
         return Path(value) if isinstance(value, str) else value
 
     @field_validator("namespace")

@@ -4,6 +4,8 @@ endpoint from the standard AWS environment). The data dir (manifest, state, snap
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -217,3 +219,17 @@ def test_sigkill_with_the_data_dir_in_a_bucket_then_rerun_equals_a_clean_run(poi
     assert "kb/state/default/ingest.lock" not in keys and "kb/state/default/queue-slot.json" not in keys
     again = ingest(sources=[str(crash_corpus)], data_dir=data, config_path=str(config_file))
     assert again["chunks"]["embedded"] == 0 and again["documents"]["unchanged"] == clean_summary["documents"]["new"]
+
+
+def test_result_files_in_a_bucket_are_pruned_by_age_from_one_listing(s3):
+    from kbflow.state.housekeeping import prune_results
+
+    client, bucket = s3
+    for key in ("kb/prefect/results/a", "kb/prefect/results/kbflow-convert/ab/x.json", "kb/state/default/keep.json"):
+        client.put_object(Bucket=bucket, Key=key, Body=b"{}")
+    assert prune_results(f"s3://{bucket}/kb/prefect/results", max_age_days=1) == 0  # all younger than a day
+    time.sleep(1.1)
+    assert prune_results(f"s3://{bucket}/kb/prefect/results", max_age_days=1 / 86400) == 2
+    keys = [o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix="kb/")["Contents"]]
+    assert keys == ["kb/state/default/keep.json"]
+    assert prune_results(f"s3://{bucket}/kb/nothing-here", max_age_days=0) == 0

@@ -11,13 +11,13 @@ import tempfile
 import time
 from pathlib import Path
 
-import pyarrow.parquet as pq
-
 from kbflow import api
 from kbflow.bench.results import save
 from kbflow.config import load_config
 from kbflow.embed import get_embedder
 from kbflow.errors import ConfigError
+from kbflow.state.snapshots import read_table
+from kbflow.storage import location
 
 
 def check_corpus(corpus: Path, flag: str = "--corpus") -> str:
@@ -73,7 +73,7 @@ def _phase_peak_mb() -> float | None:
 def _phase(name: str, sources: list[str], namespace: str, data_dir: Path, config) -> dict:
     _reset_phase_peak()
     started = time.perf_counter()
-    summary = api.ingest(sources, namespace, config, data_dir)
+    summary = api.ingest(sources, namespace, config, str(data_dir))
     return _phase_row(name, time.perf_counter() - started, summary, _phase_peak_mb())
 
 
@@ -119,11 +119,11 @@ def _same_store(config, data_dir: Path, namespace_a: str, namespace_b: str, dime
     return tables[0].equals(tables[1])
 
 
-def _run_texts(data_dir: Path, namespace: str, run_id: str) -> dict[str, str]:
+def _run_texts(data_dir, namespace: str, run_id: str) -> dict[str, str]:
     """What the model reads for each chunk of a run (its snapshot), by ``embed_sha256``."""
     texts: dict[str, str] = {}
-    for path in sorted((data_dir / "runs" / namespace / run_id / "chunks").glob("*.parquet")):
-        table = pq.read_table(path, columns=["embed_sha256", "embed_prefix", "text"])
+    for path in sorted((data_dir / "runs" / namespace / run_id / "chunks").glob("*.parquet"), key=str):
+        table = read_table(path).select(["embed_sha256", "embed_prefix", "text"])
         for key, prefix, text in zip(*(table.column(c).to_pylist() for c in ("embed_sha256", "embed_prefix", "text"))):
             texts.setdefault(key, prefix + text)
     return texts
@@ -141,7 +141,10 @@ def _floor(texts: dict[str, str], config, phase: str = "floor") -> dict:
     return {"phase": phase, "wall_s": round(time.perf_counter() - started, 3), "texts": len(texts)}
 
 
-def bench_ingest(corpus: Path, update_to: Path | None, out_file: Path, work_dir: Path | None, config) -> dict:
+def bench_ingest(corpus: Path, update_to: Path | None, out_file: Path, work_dir: Path | None, config,
+                 data_dir: str | None = None) -> dict:
+    """The phases on ``corpus`` (and ``update_to``) with the knowledge base in ``data_dir`` (default:
+    ``<work>/data``; an object-storage URL measures it there)."""
     # every argument is checked before any work: a mistake must not cost the full phase first
     top_a = check_corpus(corpus)
     if update_to:
@@ -152,7 +155,7 @@ def bench_ingest(corpus: Path, update_to: Path | None, out_file: Path, work_dir:
                               "new corpus. Give both versions the same top folder name")
     embedder = get_embedder(load_config(config).embedder)
     work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="kbflow-bench-"))
-    data_dir = work / "data"
+    data_dir = location(data_dir) if data_dir else work / "data"
     source_a = _corpus_dir(corpus, work / "corpus-a")
     source_b = _corpus_dir(update_to, work / "corpus-b") if update_to else None
     started = time.perf_counter()

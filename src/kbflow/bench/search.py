@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 from kbflow.bench.ingest import _corpus_dir
 from kbflow.config import load_config
 from kbflow.embed import get_embedder
+from kbflow.convert.objects import is_url
 from kbflow.errors import ConfigError
 from kbflow.schemas import store_schema
 from kbflow.search.searcher import candidate_lists, fuse
@@ -153,7 +154,8 @@ def open_bench_store(kind: str, work: Path, size: int, dim: int, config):
         from kbflow.stores.lancedb_store import LanceStore
 
         s = config.search
-        return LanceStore(work / f"lancedb-{size}", "bench", dim, vector_index_min_rows=10**12,
+        base = config.store.uri or str(work)  # store.uri as an s3:// URL measures a table on object storage
+        return LanceStore(f"{base.rstrip('/')}/lancedb-{size}", "bench", dim, vector_index_min_rows=10**12,
                           vector_index_type=s.vector_index_type, ann_nprobes=s.ann_nprobes, ann_ef=s.ann_ef,
                           ann_refine_factor=s.ann_refine_factor)
     from kbflow.stores.qdrant_store import QdrantStore
@@ -189,7 +191,8 @@ def bench_store(kind: str, rows: pa.Table, queries: np.ndarray, query_words: lis
     for start in range(0, size, batch):
         store.upsert(rows.slice(start, batch))
     load_s = time.perf_counter() - started
-    result = {"store": kind, "rows": size, "load_s": round(load_s, 2), "load_batch_rows": batch, "modes": {}}
+    result = {"store": kind, "rows": size, "load_s": round(load_s, 2), "load_batch_rows": batch, "modes": {},
+              "location": "object storage" if kind == "lancedb" and is_url(config.store.uri or "") else "local"}
     n = len(queries)
     if kind == "lancedb":  # exact scan before any vector index: what the index threshold is set against
         result["modes"]["vector_exact"], exact = time_queries(lambda q: store.search_vector(q, 10, exact=True),
