@@ -1,13 +1,16 @@
 from __future__ import annotations
 
+import os
+import shutil
 import socket
+from pathlib import Path
 
 import pytest
 from prefect.testing.utilities import prefect_test_harness
 
 from kbflow.state.manifest import NamespaceState
 from kbflow.stores.lancedb_store import LanceStore
-from tests.conftest import CountingEmbedder
+from tests.conftest import CASES, CountingEmbedder
 
 DIM = 384  # the suite's model, all-MiniLM-L6-v2
 
@@ -85,3 +88,42 @@ def s3(endpoint, monkeypatch, request):
               hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:8])
     client.create_bucket(Bucket=bucket)
     return client, bucket
+
+
+# the crash tests' corpus, config and clean run (test_crash.py; test_object_store.py repeats them on a bucket)
+CONFIG = """
+flow:
+  doc_batch: 2
+  max_workers: 1
+embedder:
+  task_batch: 2
+"""
+
+
+@pytest.fixture(scope="module")
+def crash_corpus(tmp_path_factory) -> Path:
+    given = os.environ.get("KBFLOW_CRASH_CORPUS")
+    if given:
+        return Path(given)
+    docs = tmp_path_factory.mktemp("crash") / "corpus"
+    shutil.copytree(CASES / "docs", docs / "docs")  # Markdown, Chinese, HTML
+    (docs / "formats").mkdir()
+    shutil.copy(CASES / "formats" / "crazyones.pdf", docs / "formats")  # and a PDF: five documents, three batches
+    return docs
+
+
+@pytest.fixture(scope="module")
+def config_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("config") / "crash.yaml"
+    path.write_text(CONFIG, encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def clean_run(crash_corpus, config_file, tmp_path_factory):
+    data_dir = tmp_path_factory.mktemp("clean")
+    from kbflow.flows.ingest import ingest
+
+    summary = ingest(sources=[str(crash_corpus)], data_dir=str(data_dir), config_path=str(config_file))
+    assert summary["documents"]["failed"] == 0
+    return data_dir, summary

@@ -23,36 +23,7 @@ from kbflow.stores.vector_cache import VectorCache
 from kbflow.state.manifest import NamespaceState
 from kbflow.state.snapshots import TMP_SUFFIX
 from kbflow.stores.lancedb_store import LanceStore
-from tests.conftest import CASES
 from tests.flows.conftest import subprocess_env
-
-CONFIG = """
-flow:
-  doc_batch: 2
-  max_workers: 1
-embedder:
-  task_batch: 2
-"""
-
-
-@pytest.fixture(scope="module")
-def crash_corpus(tmp_path_factory) -> Path:
-    given = os.environ.get("KBFLOW_CRASH_CORPUS")
-    if given:
-        return Path(given)
-    docs = tmp_path_factory.mktemp("crash") / "corpus"
-    shutil.copytree(CASES / "docs", docs / "docs")  # Markdown, Chinese, HTML
-    (docs / "formats").mkdir()
-    shutil.copy(CASES / "formats" / "crazyones.pdf", docs / "formats")  # and a PDF: five documents, three batches
-    return docs
-
-
-@pytest.fixture(scope="module")
-def config_file(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("config") / "crash.yaml"
-    path.write_text(CONFIG, encoding="utf-8")
-    return path
-
 
 def contents(data_dir: Path) -> list[dict]:
     """Every stored row but its vector, in chunk-id order."""
@@ -68,14 +39,6 @@ def vectors(data_dir: Path) -> np.ndarray:
 def manifest(data_dir: Path) -> list[dict]:
     table = NamespaceState(data_dir, "default").read_manifest()
     return table.select(["doc_id", "source_path", "source_sha256", "chunk_ids"]).to_pylist()
-
-
-@pytest.fixture(scope="module")
-def clean_run(crash_corpus, config_file, tmp_path_factory):
-    data_dir = tmp_path_factory.mktemp("clean")
-    summary = ingest(sources=[str(crash_corpus)], data_dir=str(data_dir), config_path=str(config_file))
-    assert summary["documents"]["failed"] == 0
-    return data_dir, summary
 
 
 def run_killed(corpus: Path, data_dir: Path, config_file: Path, point: str) -> None:

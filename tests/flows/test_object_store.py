@@ -160,9 +160,6 @@ def test_a_run_whose_lease_lapsed_stops_before_writing(s3, docs_dir, tmp_path, m
     assert done["documents"]["new"] == 4 and done["store"]["count"] > 0
 
 
-# the crash test's corpus, config and clean local run (module fixtures), reused for the same checks on a bucket
-from tests.flows.test_crash import clean_run, config_file, crash_corpus  # noqa: E402,F401
-
 S3_KILL_POINTS = ["convert.done=2", "embed.batch_done=3", "upsert.after_store=2", "run.finishing"]
 
 
