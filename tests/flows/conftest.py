@@ -2,7 +2,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -127,3 +130,22 @@ def clean_run(crash_corpus, config_file, tmp_path_factory):
     summary = ingest(sources=[str(crash_corpus)], data_dir=str(data_dir), config_path=str(config_file))
     assert summary["documents"]["failed"] == 0
     return data_dir, summary
+
+
+def run_killed(corpus: Path, data_dir: str | Path, config_file: Path, point: str, log: Path) -> None:
+    """Run ``kbflow ingest`` (``data_dir`` a folder or an s3:// URL) in its own process group until the failpoint
+    SIGKILLs it, then kill the group (anything it started would otherwise outlive it, as after a real crash); its
+    stderr goes to ``log``."""
+    with open(log, "wb") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "kbflow.cli", "ingest", str(corpus), "--data-dir", str(data_dir),
+             "--config", str(config_file), "--json"], stdout=subprocess.DEVNULL, stderr=stderr,
+            env=subprocess_env(KBFLOW_FAILPOINTS=f"{point}:kill"), start_new_session=True, cwd=log.parent)
+        try:
+            process.wait(timeout=600)
+        finally:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert process.returncode == -signal.SIGKILL, log.read_text(errors="replace")[-2000:]

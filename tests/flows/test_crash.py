@@ -8,11 +8,7 @@ pages of a real manual) to run the same checks on it; the default is five small 
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +19,7 @@ from kbflow.stores.vector_cache import VectorCache
 from kbflow.state.manifest import NamespaceState
 from kbflow.state.snapshots import TMP_SUFFIX
 from kbflow.stores.lancedb_store import LanceStore
-from tests.flows.conftest import subprocess_env
+from tests.flows.conftest import run_killed
 
 def contents(data_dir: Path) -> list[dict]:
     """Every stored row but its vector, in chunk-id order."""
@@ -39,26 +35,6 @@ def vectors(data_dir: Path) -> np.ndarray:
 def manifest(data_dir: Path) -> list[dict]:
     table = NamespaceState(data_dir, "default").read_manifest()
     return table.select(["doc_id", "source_path", "source_sha256", "chunk_ids"]).to_pylist()
-
-
-def run_killed(corpus: Path, data_dir: Path, config_file: Path, point: str) -> None:
-    """Run ``kbflow ingest`` in its own process group until the failpoint SIGKILLs it, then kill the group
-    (anything it started would otherwise outlive it, as after a real crash)."""
-    env = subprocess_env(KBFLOW_FAILPOINTS=f"{point}:kill")
-    log = data_dir.parent / f"{data_dir.name}.log"
-    with open(log, "wb") as stderr:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "kbflow.cli", "ingest", str(corpus), "--data-dir", str(data_dir),
-             "--config", str(config_file), "--json"],
-            stdout=subprocess.DEVNULL, stderr=stderr, env=env, start_new_session=True)
-        try:
-            process.wait(timeout=600)
-        finally:
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-    assert process.returncode == -signal.SIGKILL, log.read_text(errors="replace")[-2000:]
 
 
 KILL_POINTS = [
@@ -77,7 +53,7 @@ KILL_POINTS = [
 def test_sigkill_then_rerun_equals_a_clean_run(point, crash_corpus, config_file, clean_run, tmp_path):
     clean_dir, clean_summary = clean_run
     killed_dir = tmp_path / "killed"
-    run_killed(crash_corpus, killed_dir, config_file, point)
+    run_killed(crash_corpus, killed_dir, config_file, point, tmp_path / "killed.log")
     assert (killed_dir / "state" / "default" / "ingest.lock").exists()  # left behind by the dead run
     # and so is its slot of the namespace's Prefect concurrency limit: the rerun below (a flow run on the same
     # server) must release it because its holder died, not wait for it (it used to wait forever)
@@ -112,7 +88,7 @@ def test_sigkill_while_deleting_removed_files(crash_corpus, config_file, tmp_pat
     ingest(sources=[str(corpus)], data_dir=str(data_dir), config_path=str(config_file))
     removed = sorted(p for p in corpus.rglob("*") if p.is_file())[0]
     removed.unlink()
-    run_killed(corpus, data_dir, config_file, "delete.after_store")
+    run_killed(corpus, data_dir, config_file, "delete.after_store", tmp_path / "killed.log")
     # the store no longer holds the file, the manifest still lists it: the next run finishes the removal
     resumed = ingest(sources=[str(corpus)], data_dir=str(data_dir), config_path=str(config_file))
     assert resumed["documents"]["removed"] == 1 and resumed["chunks"]["embedded"] == 0

@@ -169,33 +169,15 @@ def test_sigkill_with_the_data_dir_in_a_bucket_then_rerun_equals_a_clean_run(poi
     """A real SIGKILL of `kbflow ingest` at a failpoint with `--data-dir s3://…`, then a re-run: the bucket ends
     holding what a clean local run holds, row for row, manifest included; the dead run's lease is taken over at
     once (its holder died on this host) and released."""
-    import os
-    import signal
-    import subprocess
-    import sys
-
     from kbflow.flows.ingest import ingest
     from kbflow.state.manifest import NamespaceState
     from kbflow.stores.vector_cache import VectorCache
-    from tests.flows.conftest import subprocess_env
+    from tests.flows.conftest import run_killed
 
     client, bucket = s3
     data = f"s3://{bucket}/kb"
     clean_dir, clean_summary = clean_run
-    log = tmp_path / "killed.log"
-    with open(log, "wb") as stderr:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "kbflow.cli", "ingest", str(crash_corpus), "--data-dir", data, "--config",
-             str(config_file), "--json"], stdout=subprocess.DEVNULL, stderr=stderr,
-            env=subprocess_env(KBFLOW_FAILPOINTS=f"{point}:kill"), start_new_session=True, cwd=tmp_path)
-        try:
-            process.wait(timeout=600)
-        finally:
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-    assert process.returncode == -signal.SIGKILL, log.read_text(errors="replace")[-2000:]
+    run_killed(crash_corpus, data, config_file, point, tmp_path / "killed.log")
     keys = {o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix="kb/")["Contents"]}
     assert "kb/state/default/ingest.lock" in keys  # the dead run's lease
 
