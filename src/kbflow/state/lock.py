@@ -26,6 +26,17 @@ def alive(pid: int) -> bool:
     return True
 
 
+def died_here(holder: dict) -> bool:
+    """Whether a lock's holder ran on this host and is no longer alive: its lock is taken over at once."""
+    return bool(holder) and holder.get("host") == socket.gethostname() and not alive(int(holder.get("pid", 0) or 0))
+
+
+def held_by(namespace: str, holder: dict) -> str:
+    """Who holds a namespace, in the words of the NamespaceLocked error."""
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(holder.get("started", 0)))
+    return f"namespace {namespace!r} is being ingested by pid {holder.get('pid')} on {holder.get('host')} since {started}"
+
+
 class NamespaceLock:
     def __init__(self, state_root: Path, namespace: str):
         self.path = Path(state_root) / "ingest.lock"
@@ -39,15 +50,11 @@ class NamespaceLock:
                 fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
             except FileExistsError:
                 holder = self._holder()
-                same_host = holder.get("host") == socket.gethostname()
-                if holder and same_host and not alive(int(holder.get("pid", 0))):
+                if died_here(holder):
                     self.path.unlink(missing_ok=True)  # its owner died: take over
                     continue
-                started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(holder.get("started", 0)))
-                raise NamespaceLocked(
-                    f"namespace {self.namespace!r} is being ingested by pid {holder.get('pid')} on "
-                    f"{holder.get('host')} since {started}; wait for it, or remove {self.path} if that run is gone"
-                ) from None
+                raise NamespaceLocked(f"{held_by(self.namespace, holder)}; wait for it, or remove {self.path} if "
+                                      "that run is gone") from None
             with os.fdopen(fd, "w") as handle:
                 json.dump(owner, handle)
             return

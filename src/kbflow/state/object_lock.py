@@ -29,7 +29,7 @@ import uuid
 
 from kbflow.convert.objects import filesystem
 from kbflow.errors import ConfigError
-from kbflow.state.lock import NamespaceLocked, alive
+from kbflow.state.lock import NamespaceLocked, died_here, held_by
 
 log = logging.getLogger(__name__)
 
@@ -86,13 +86,10 @@ class ObjectLock:
         head = self.fs.call_s3("head_object", Bucket=self.bucket, Key=self.key)
         holder = self._holder()
         age = self._store_now(head) - head["LastModified"].timestamp()
-        died_here = holder.get("host") == socket.gethostname() and not alive(int(holder.get("pid", 0) or 0))
-        if not died_here and age <= STALE_AFTER * float(holder.get("lease_s", self.lease_s)):
-            started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(holder.get("started", 0)))
+        if not died_here(holder) and age <= STALE_AFTER * float(holder.get("lease_s", self.lease_s)):
             raise NamespaceLocked(
-                f"namespace {self.namespace!r} is being ingested by pid {holder.get('pid')} on {holder.get('host')} "
-                f"since {started} (its lease {self.url} was renewed {age:.0f} s ago); wait for it. A lease not "
-                f"renewed for {STALE_AFTER:g} x its {holder.get('lease_s', self.lease_s):g} s is taken over")
+                f"{held_by(self.namespace, holder)} (its lease {self.url} was renewed {age:.0f} s ago); wait for it. "
+                f"A lease not renewed for {STALE_AFTER:g} x its {holder.get('lease_s', self.lease_s):g} s is taken over")
         try:
             return self._put(IfMatch=head["ETag"])
         except Exception as exc:
