@@ -344,7 +344,8 @@ def verify(namespace: Optional[str] = NamespaceOpt, repair: bool = typer.Option(
 def evaluate(
     beir: Path = typer.Option(..., "--beir", help="Folder in BEIR layout: corpus.jsonl, queries.jsonl, qrels/test.tsv."),
     config: Optional[Path] = ConfigOpt,
-    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="Keep the eval namespace here (default: temporary)."),
+    data_dir: Optional[str] = typer.Option(None, "--data-dir", help="Keep the eval namespace here, a folder or an "
+                                           "object-storage URL (default: temporary)."),
     max_queries: Optional[int] = typer.Option(None, "--max-queries", help="Evaluate only the first N labelled queries."),
     mode: list[str] = typer.Option(["vector"], "--mode", "-m", help="vector | bm25 | hybrid | rerank; repeat to "
                                    "evaluate several modes over one ingest."),

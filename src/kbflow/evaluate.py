@@ -84,7 +84,7 @@ def _write_corpus(corpus: dict[str, dict], folder: Path) -> dict[str, str]:
     return paths
 
 
-def eval_beir(folder: Path, config=None, data_dir: Path | None = None, namespace: str | None = None,
+def eval_beir(folder: Path, config=None, data_dir: str | Path | None = None, namespace: str | None = None,
               max_queries: int | None = None, modes: list[str] | None = None, ingest: bool = True) -> dict:
     """Ingest (incrementally: a kept data dir makes a repeat cheap), then score every mode over that one ingest.
 
@@ -102,7 +102,7 @@ def eval_beir(folder: Path, config=None, data_dir: Path | None = None, namespace
                      modes or ["vector"], ingest)
 
 
-def _stored_subset(corpus, qrels, paths: dict[str, str], data_dir: Path, namespace: str):
+def _stored_subset(corpus, qrels, paths: dict[str, str], data_dir: str | Path, namespace: str):
     from kbflow.state.manifest import NamespaceState
 
     stored = {paths[p] for p in NamespaceState(data_dir, namespace).read_manifest().column("source_path").to_pylist()
@@ -116,7 +116,7 @@ def _stored_subset(corpus, qrels, paths: dict[str, str], data_dir: Path, namespa
 
 def _eval(corpus, queries, qrels, folder: Path, work: Path, config, data_dir, namespace, max_queries, modes,
           ingest=True) -> dict:
-    data_dir = Path(data_dir) if data_dir else work / "data"
+    data_dir = data_dir or work / "data"  # a URL stays a string
     namespace = namespace or "eval-" + "".join(c if c.isalnum() else "-" for c in folder.name)[:40]
     paths = _write_corpus(corpus, work / "corpus")
     started = time.perf_counter()

@@ -26,6 +26,7 @@ from kbflow import api
 from kbflow.config import KbConfig, check_namespace
 from kbflow.errors import KbflowError
 from kbflow.kb import KnowledgeBase
+from kbflow.storage import location, write_bytes_atomic
 
 INSTRUCTIONS = (
     "A searchable knowledge base built from documents (PDF, Office, HTML, Markdown, code, images, audio; English "
@@ -155,12 +156,9 @@ class Tools:
             raise ToolError(f"content_base64 is not valid base64 ({exc})") from None
 
         def add(kb: KnowledgeBase) -> dict:
-            target = Path(self.config.data_dir) / INBOX / kb.namespace / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            partial = target.with_name(f".{name}.partial")
-            partial.write_bytes(data)
-            partial.replace(target)
-            return kb.add_document(target)
+            target = location(self.config.data_dir) / INBOX / kb.namespace / name  # a folder, or the KB's bucket
+            write_bytes_atomic(target, data)
+            return kb.add_document(str(target))
 
         return self._write(namespace, add)
 

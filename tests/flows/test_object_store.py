@@ -1,6 +1,6 @@
-"""The LanceDB tables on object storage (issue 19.2, its first part): `store.uri: s3://bucket/…` puts the store and
-the vector cache in a bucket, against moto's S3 server on 127.0.0.1 through LanceDB's own S3 client (credentials and
-endpoint from the standard AWS environment). The data dir (manifest, state, snapshots) is still local here."""
+"""The knowledge base on object storage (issue 19.2), against moto's S3 server on 127.0.0.1 through the real clients
+(LanceDB's own S3 client, s3fs; credentials and endpoint from the standard AWS environment): `store.uri: s3://…`
+puts the store and the vector cache in a bucket; `data_dir: s3://bucket/kb` puts everything there."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import pytest
 
 from kbflow import api
 from kbflow.config import load_config
+from kbflow.errors import ConfigError
+from kbflow.mcp_server import Tools
 from kbflow.prune import prune
 from kbflow.stores.lancedb_store import LanceStore
 from tests.flows.conftest import DIM
@@ -212,3 +214,26 @@ def test_result_files_in_a_bucket_are_pruned_by_age_from_one_listing(s3):
     keys = [o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix="kb/")["Contents"]]
     assert keys == ["kb/state/default/keep.json"]
     assert prune_results(f"s3://{bucket}/kb/nothing-here", max_age_days=0) == 0
+
+
+def test_an_agent_adds_a_document_to_a_knowledge_base_in_a_bucket_and_qdrant_local_mode_is_refused_there(
+        s3, tmp_path, monkeypatch):
+    """The MCP `add_document` with inline content writes its inbox file under the data dir: in the bucket when the
+    data dir is one, where the next machine finds it (not on this machine's disk). Qdrant's local mode keeps its
+    files under the data dir and cannot use a bucket: that is refused with the fix, before anything is written."""
+    client, bucket = s3
+    data = f"s3://{bucket}/kb"
+    tools = Tools(load_config(data_dir=data), namespaces=[], read_only=False)
+    monkeypatch.chdir(tmp_path)
+    added = tools.add_document(path=None, filename="coffee.md", content="# Coffee\n\nBrew at 93 C for two minutes.\n")
+    assert added["documents"]["new"] == 1 and added["documents"]["failed"] == 0
+    keys = [o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix="kb/mcp-inbox/")["Contents"]]
+    assert keys == ["kb/mcp-inbox/default/coffee.md"]
+    assert not any(tmp_path.iterdir())  # nothing on the local disk
+    assert api.search("how hot is coffee brewed", data_dir=data, limit=1)[0].source_path == "coffee.md"
+
+    monkeypatch.setenv("KBFLOW__STORE__KIND", "qdrant")
+    with pytest.raises(ConfigError, match="store.qdrant_location"):
+        api.add_text("Tea brews at 80 C.", "tea", data_dir=data)
+    monkeypatch.delenv("KBFLOW__STORE__KIND")
+    assert api.stats(data_dir=data)["documents"] == 1  # nothing was written by the refused run

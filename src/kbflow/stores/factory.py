@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from kbflow.config import KbConfig
-from kbflow.storage import location
+from kbflow.errors import ConfigError
+from kbflow.storage import is_remote, location
 
 
 def store_uri(config: KbConfig) -> str:
@@ -18,8 +19,15 @@ def open_store(config: KbConfig, namespace: str, dimension: int):
     if config.store.kind == "qdrant":
         from kbflow.stores.qdrant_store import QdrantStore
 
-        location = config.store.qdrant_location or str(Path(config.data_dir) / "qdrant")
-        return QdrantStore(location, namespace, dimension, config.store.qdrant_api_key_env,
+        where = config.store.qdrant_location
+        if not where:
+            if is_remote(location(config.data_dir)):
+                raise ConfigError(
+                    f"store.kind qdrant without store.qdrant_location runs Qdrant's local mode in <data_dir>/qdrant, "
+                    f"and data_dir {config.data_dir} is object storage, which local mode cannot use: set "
+                    "store.qdrant_location to a Qdrant server (http://host:6333), or use store.kind lancedb")
+            where = str(Path(config.data_dir) / "qdrant")
+        return QdrantStore(where, namespace, dimension, config.store.qdrant_api_key_env,
                            config.search.bm25_k1, config.search.bm25_b, config.search.bm25_avg_len)
     from kbflow.stores.lancedb_store import LanceStore
 
