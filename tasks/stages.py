@@ -62,6 +62,12 @@ def chunk_task(documents, sections, counter, chunk_tokens, config, chunker, plan
     return _counted(lambda: stages.chunk(documents, sections, counter, chunk_tokens, config, chunker, plan_dir))
 
 
+@task(name="graph", task_run_name="graph {label}", cache_key_fn=_given_key, persist_result=True,
+      result_serializer="pickle")
+def graph_task(chunks, source_paths, label: str, cache_key: str | None = None) -> pa.Table:
+    return _counted(lambda: stages.graph(chunks, source_paths))
+
+
 @task(name="embed", task_run_name="embed {label}", cache_policy=NO_CACHE)
 def embed_task(keys, texts, embedder, cache, label: str, cache_key: str | None = None):
     """Not Prefect-cached: the vector cache, keyed by (text sha256, model id), is its cache."""
@@ -69,13 +75,14 @@ def embed_task(keys, texts, embedder, cache, label: str, cache_key: str | None =
 
 
 @task(name="upsert", task_run_name="upsert {label}", cache_policy=NO_CACHE)
-def upsert_task(store, doc_ids, table, label: str, cache_key: str | None = None) -> int:
-    return _counted(lambda: stages.upsert(store, doc_ids, table))
+def upsert_task(store, doc_ids, table, graph_store=None, edges=None, label: str = "",
+                cache_key: str | None = None) -> int:
+    return _counted(lambda: stages.upsert(store, doc_ids, table, graph_store, edges))
 
 
 @task(name="delete", task_run_name="delete {label}", cache_policy=NO_CACHE)
-def delete_task(store, doc_ids, label: str, cache_key: str | None = None) -> int:
-    return _counted(lambda: stages.delete(store, doc_ids))
+def delete_task(store, doc_ids, graph_store=None, label: str = "", cache_key: str | None = None) -> int:
+    return _counted(lambda: stages.delete(store, doc_ids, graph_store))
 
 
 @task(name="index", task_run_name="{label}", cache_policy=NO_CACHE)
@@ -83,7 +90,7 @@ def index_task(store, label: str, cache_key: str | None = None) -> dict:
     return _counted(lambda: stages.index(store))
 
 
-TASKS = {"convert": convert_task, "split": split_task, "chunk": chunk_task, "embed": embed_task,
+TASKS = {"convert": convert_task, "split": split_task, "chunk": chunk_task, "graph": graph_task, "embed": embed_task,
          "upsert": upsert_task, "delete": delete_task, "index": index_task}
 
 
@@ -142,7 +149,7 @@ class PrefectRunner:
         self.tasks = {}
         for name, prefect_task in TASKS.items():
             options = task_options(policies[name])
-            if name in ("split", "chunk"):
+            if name in ("split", "chunk", "graph"):
                 options.update(cached)
             self.tasks[name] = prefect_task.with_options(**options)
 

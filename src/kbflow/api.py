@@ -20,6 +20,7 @@ from kbflow.engine.ingest import IngestJob  # noqa: E402
 from kbflow.engine.ingest import ingest as run_engine_ingest  # noqa: E402
 from kbflow.engine.reembed import reembed as run_engine_reembed  # noqa: E402
 from kbflow.errors import ConfigError  # noqa: E402
+from kbflow.graph.store import GraphStore  # noqa: E402
 
 
 class UnknownNamespace(ConfigError):
@@ -30,6 +31,7 @@ from kbflow.search.searcher import Searcher  # noqa: E402
 from kbflow.state.lock import namespace_lock  # noqa: E402
 from kbflow.state.manifest import NamespaceState  # noqa: E402
 from kbflow.stores import Hit, SearchFilter, open_store  # noqa: E402
+from kbflow.stores.factory import store_uri  # noqa: E402
 
 
 def _config(config: KbConfig | str | Path | None, data_dir: str | Path | None) -> KbConfig:
@@ -212,6 +214,7 @@ def clear(namespace: str, config: KbConfig | str | Path | None = None, data_dir:
             store = open_store(cfg, state.store_namespace(), meta["dimension"])
             removed = store.count()
             store.clear()
+        GraphStore(store_uri(cfg), namespace).clear()
         state.clear()  # the lock file goes with the state folder
     return {"namespace": namespace, "chunks_removed": removed}
 

@@ -111,7 +111,7 @@ def ingest(
     _finish_run(summary, as_json)
 
 
-ModeOpt = typer.Option(None, "--mode", "-m", help="vector | bm25 | hybrid | rerank (default: the config's search.mode, "
+ModeOpt = typer.Option(None, "--mode", "-m", help="vector | bm25 | hybrid | rerank | graph (default: the config's search.mode, "
                        "'hybrid' unless changed).")
 ExpandOpt = typer.Option(None, "--expand", help="Query expansion through the chat model: mqe (several phrasings) or hyde.")
 SourceOpt = typer.Option(None, "--source", help="Only chunks whose source path matches this glob ('docs/*.md').")
@@ -159,6 +159,8 @@ def search(
         heading_text = " > ".join(hit.heading_path)
         out.rule(f"{rank}. {hit.score:.3f}  {hit.source_path}" + (f"  § {heading_text}" if heading_text else ""),
                  align="left")
+        for step in hit.extra.get("path", []):  # search --mode graph: why this hit was returned
+            out.print(f"  via {step}", style="dim", highlight=False, markup=False)
         out.print(hit.text if len(hit.text) < 600 else hit.text[:600] + " …", highlight=False, markup=False)
 
 
@@ -347,7 +349,7 @@ def evaluate(
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help="Keep the eval namespace here, a folder or an "
                                            "object-storage URL (default: temporary)."),
     max_queries: Optional[int] = typer.Option(None, "--max-queries", help="Evaluate only the first N labelled queries."),
-    mode: list[str] = typer.Option(["vector"], "--mode", "-m", help="vector | bm25 | hybrid | rerank; repeat to "
+    mode: list[str] = typer.Option(["vector"], "--mode", "-m", help="vector | bm25 | hybrid | rerank | graph; repeat to "
                                    "evaluate several modes over one ingest."),
     no_ingest: bool = typer.Option(False, "--no-ingest", help="Score what an earlier (maybe interrupted) ingest into "
                                    "--data-dir stored: corpus and queries cut to the stored documents."),

@@ -235,13 +235,27 @@ class LlmConfig(_Section):
     context_chunks: int = Field(6, ge=1, le=50, description="Retrieved chunks given to the model by `ask`.")
 
 
+class GraphConfig(_Section):
+    enabled: bool = Field(False, description="Build the namespace's graph after chunking (kbflow.graph): links "
+                          "between pages and sections, defined terms, section headings; search mode 'graph' "
+                          "follows it. Turning it on or off re-processes every document once (conversions and "
+                          "vectors come from their caches).")
+    seeds: int = Field(5, ge=1, le=50, description="Search mode graph: the query's best hybrid hits whose links "
+                       "are followed.")
+    hops: int = Field(1, ge=1, le=3, description="Search mode graph: links followed from a seed, one after another.")
+    per_target: int = Field(2, ge=1, le=20, description="Search mode graph: chunks taken from each linked "
+                            "document (those closest to the query; the one its link's anchor names first).")
+    max_targets: int = Field(40, ge=1, le=500, description="Search mode graph: linked documents read per hop (the "
+                             "ones linked from the best seeds first).")
+
+
 class SearchConfig(_Section):
     limit: int = Field(5, ge=1, le=1000, description="Hits returned by default.")
     min_score: float | None = Field(
         None, description="Drop hits scoring below this, in the mode's own unit: cosine similarity -1..1 (vector), "
         "BM25 score ≥ 0 (bm25), fused score (hybrid: RRF sum ≤ 2/(rrf_k+1), weighted 0..1), reranker score (rerank). "
         "Empty keeps every hit.")
-    mode: Literal["vector", "bm25", "hybrid", "rerank"] = Field(
+    mode: Literal["vector", "bm25", "hybrid", "rerank", "graph"] = Field(
         "hybrid", description="Default search mode. Hybrid (vector + BM25) with the default fusion is never more "
         "than 0.4 points of nDCG@10 below the better of its two inputs on four dev sets x two models, and above it "
         "on seven of the eight (docs/retrieval.md).")
@@ -324,6 +338,7 @@ class KbConfig(_Section):
     store: StoreConfig = Field(default_factory=StoreConfig)
     flow: FlowConfig = Field(default_factory=FlowConfig)
     search: SearchConfig = Field(default_factory=SearchConfig)
+    graph: GraphConfig = Field(default_factory=GraphConfig)
     deploy: DeployConfig = Field(default_factory=DeployConfig)
     runner: RunnerConfig = Field(default_factory=RunnerConfig)
 

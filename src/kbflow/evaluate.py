@@ -9,9 +9,10 @@ from __future__ import annotations
 import csv
 import json
 import math
+import shutil
 import tempfile
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from kbflow import api
 from kbflow.errors import ConfigError
@@ -71,11 +72,23 @@ def score_run(rankings: dict[str, list[str]], qrels: dict[str, dict[str, int]]) 
             for name, fn in metrics.items()}
 
 
-def _write_corpus(corpus: dict[str, dict], folder: Path) -> dict[str, str]:
-    """One Markdown file per corpus document; returns source_path -> corpus id."""
+def _write_corpus(corpus: dict[str, dict], folder: Path, beir: Path) -> dict[str, str]:
+    """One file per corpus document; returns source_path -> corpus id. A row with ``file`` (a path inside the BEIR
+    folder) is that source file, copied under its own relative path, so the links between such files resolve as
+    in the collection they came from (the graph stage follows them); any other row becomes a Markdown file of its
+    title and text."""
     folder.mkdir(parents=True, exist_ok=True)
     paths: dict[str, str] = {}
     for index, (doc_id, row) in enumerate(corpus.items()):
+        if row.get("file"):
+            relative = PurePosixPath(row["file"])
+            source = beir / relative
+            if relative.is_absolute() or ".." in relative.parts or not source.is_file():
+                raise ConfigError(f"corpus row {doc_id!r}: file {row['file']!r} is not a file inside {beir}")
+            (folder / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, folder / relative)
+            paths[f"{folder.name}/{relative}"] = doc_id
+            continue
         name = f"doc-{index:06d}.md"
         title = (row.get("title") or "").strip()
         body = (row.get("text") or "").strip()
@@ -118,7 +131,7 @@ def _eval(corpus, queries, qrels, folder: Path, work: Path, config, data_dir, na
           ingest=True) -> dict:
     data_dir = data_dir or work / "data"  # a URL stays a string
     namespace = namespace or "eval-" + "".join(c if c.isalnum() else "-" for c in folder.name)[:40]
-    paths = _write_corpus(corpus, work / "corpus")
+    paths = _write_corpus(corpus, work / "corpus", Path(folder))
     started = time.perf_counter()
     subset = None
     if ingest:

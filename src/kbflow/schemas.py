@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = "2"  # 2: documents.encoding
+SCHEMA_VERSION = "3"  # 2: documents.encoding; 3: manifest.graph, the graph stage's edges
 
 DOCUMENTS = pa.schema(
     [
@@ -64,6 +64,20 @@ def vectors_schema(dim: int) -> pa.Schema:
     )
 
 
+EDGES = pa.schema(
+    [
+        ("edge_id", pa.string()),  # hash of chunk_id, kind, target, anchor: one row per distinct edge of a chunk
+        ("doc_id", pa.string()),
+        ("chunk_id", pa.string()),  # the chunk the edge leaves from
+        ("source_path", pa.string()),
+        ("kind", pa.string()),  # link | defines | heading (kbflow.graph.extract)
+        ("target", pa.string()),  # link: the linked document's source path; defines, heading: the term's key
+        ("anchor", pa.string()),  # link: the fragment after '#' ('' for none)
+        ("label", pa.string()),  # link: its text | title; defines, heading: the term as written
+        ("extractor", pa.string()),  # name@version of what extracted it
+    ]
+)
+
 FAILURES = pa.schema(
     [
         ("stage", pa.string()),
@@ -87,6 +101,7 @@ MANIFEST = pa.schema(
         ("model_id", pa.string()),
         ("chunk_ids", pa.list_(pa.string())),
         ("run_id", pa.string()),
+        ("graph", pa.string()),  # the graph extractor's fingerprint, '' or null when the graph stage is off
     ]
 )
 

@@ -29,6 +29,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from kbflow import memory, progress
 from kbflow.chunk.chunker import chunker_fingerprint
@@ -47,7 +48,9 @@ from kbflow.engine.rows import (chunks_of, conversion_failures, embed_inputs, fa
 from kbflow.engine.runner import DirectRunner, StageRunner
 from kbflow.errors import ConfigError, KbflowError
 from kbflow.failpoints import failpoint
-from kbflow.schemas import CHUNKS, DOCUMENTS, SECTIONS
+from kbflow.graph.extract import extractor_fingerprint
+from kbflow.graph.store import GraphStore
+from kbflow.schemas import CHUNKS, DOCUMENTS, EDGES, SECTIONS
 from kbflow.state import housekeeping
 from kbflow.state.lock import namespace_lock
 from kbflow.state.manifest import NamespaceState
@@ -59,7 +62,7 @@ from kbflow.stores.factory import store_uri
 from kbflow.stores.vector_cache import VectorCache
 
 log = logging.getLogger("kbflow.engine")
-STAGE_NAMES = ("scan", "convert", "split", "chunk", "embed", "upsert")
+STAGE_NAMES = ("scan", "convert", "split", "chunk", "embed", "upsert")  # and "graph" when the graph stage is on
 
 
 @dataclass
@@ -97,12 +100,14 @@ class Run:
     store: object = None
     cache: VectorCache | None = None
     lock: object = None  # the namespace's lock: checked before each store write (a lease on object storage can lapse)
+    graph: GraphStore | None = None  # the namespace's graph edges: written when the graph stage is on, or to empty
+    # them when it was turned off
     auth_refused: BaseException | None = None
     embedding_counts_at_start: dict[str, int] = field(default_factory=dict)
 
     def timed(self, stage: str, started: float, done: int | None = None, total: int = 0) -> None:
         """Charge the time since ``started`` to ``stage``; with ``done``, also report the stage's progress."""
-        self.seconds[stage] += time.perf_counter() - started
+        self.seconds[stage] = self.seconds.get(stage, 0.0) + time.perf_counter() - started
         if done is not None:
             progress.report(stage, done, total)
 
@@ -140,7 +145,8 @@ def _ingest(config: KbConfig, job: IngestJob, runner: StageRunner, run_id: str) 
     chunker = chunker_fingerprint(embedder.token_counter(), chunk_tokens, config.chunking.overlap_tokens,
                                   config.chunking.heading_prefix)
     run = Run(config, namespace, run_id, data_dir / "runs" / namespace / run_id, state, embedder,
-              Fingerprints(converter_fingerprint(config.convert), chunker, embedder.model_id), chunk_tokens,
+              Fingerprints(converter_fingerprint(config.convert), chunker, embedder.model_id,
+                           extractor_fingerprint(config.graph.enabled)), chunk_tokens,
               job.force, runner,
               summary={"namespace": namespace, "run_id": run_id, "dry_run": job.dry_run, "model_id": embedder.model_id,
                        "documents": {"new": 0, "changed": 0, "unchanged": 0, "removed": 0, "failed": 0},
@@ -169,6 +175,10 @@ def _ingest(config: KbConfig, job: IngestJob, runner: StageRunner, run_id: str) 
         run.store.defer_vector_index = True  # built once after the last batch, not on top of a batch's memory
         run.cache = VectorCache(store_uri(config), embedder.model_id, embedder.dimension)
         run.cache.ensure_table()  # before any stage runs: concurrent embed calls only ever append to it
+        graph = GraphStore(store_uri(config), namespace)
+        if config.graph.enabled or graph.exists():
+            run.graph = graph
+            run.summary["graph"] = {"edges_extracted": 0, "edges_written": 0}
         if plan.todo:
             _check_embedder(run)
         progress.report("documents", 0, len(plan.todo))
@@ -179,6 +189,8 @@ def _ingest(config: KbConfig, job: IngestJob, runner: StageRunner, run_id: str) 
         failpoint("run.finishing")
         write_table(failure_rows(run.failures), run.run_dir / "failures.parquet")
         run.summary["store"]["count"] = run.store.count()
+        if run.graph is not None:
+            run.summary["graph"]["edges"] = run.graph.counts()
         summary = _finish(run, wall_started)
         state.record_run({key: value for key, value in summary.items() if key != "failures"})
         housekeeping.prune_runs(data_dir / "runs" / namespace, config.flow.keep_runs)
@@ -321,7 +333,17 @@ def _chunked_batch(run: Run, batch: list, index: int, file_docs: pa.Table, texts
     run.timed("chunk", started, last + 1, total)
     write_table(chunks, run.run_dir / "chunks" / part, CHUNKS)
     failpoint("chunk.done")
-    return Waiting(documents, chunks, label, last)
+
+    edges = None
+    if run.fingerprints.graph:
+        started = time.perf_counter()
+        source_paths = dict(zip(documents.column("doc_id").to_pylist(), documents.column("source_path").to_pylist()))
+        edges = run.runner.run("graph", chunks, source_paths, label=label,
+                               cache_key=stages.graph_cache_key(stages.chunk_cache_key(key, run.fingerprints.chunker)))
+        run.timed("graph", started)
+        run.summary["graph"]["edges_extracted"] += edges.num_rows
+        write_table(edges, run.run_dir / "graph" / part, EDGES)
+    return Waiting(documents, chunks, label, last, edges)
 
 
 @dataclass
@@ -332,6 +354,7 @@ class Waiting:
     chunks: pa.Table
     label: str
     last: int  # index of its last document in the plan's todo list (progress)
+    edges: pa.Table | None = None  # the graph stage's edges out of its chunks (graph on)
 
 
 def _misses(run: Run, chunks: pa.Table) -> int:
@@ -382,7 +405,7 @@ def _write_round(run: Run, embedding: EmbedRound, vectors: tuple[dict, set[str]]
     by_key, failed_keys = vectors
     for batch in embedding.batches:
         started = time.perf_counter()
-        _upsert(run, batch.documents, batch.chunks, by_key, failed_keys, batch.label)
+        _upsert(run, batch.documents, batch.chunks, by_key, failed_keys, batch.label, batch.edges)
         run.timed("upsert", started, batch.last + 1, total)
     embedding.batches.clear()
     del by_key, vectors
@@ -411,8 +434,8 @@ def _embed(run: Run, chunks: pa.Table) -> tuple[dict, set[str]]:
     return outcome.vectors, outcome.failed_keys
 
 
-def _upsert(run: Run, documents, chunks, vectors, failed_keys, label: str) -> None:
-    """Replace whole documents in one store operation, then record them in the manifest."""
+def _upsert(run: Run, documents, chunks, vectors, failed_keys, label: str, edges: pa.Table | None = None) -> None:
+    """Replace whole documents in one store operation (and their graph edges), then record them in the manifest."""
     ready, blocked = ready_documents(documents, chunks, failed_keys)
     for doc in blocked:
         run.failures.append({"stage": "embed", "doc_id": doc["doc_id"], "source_path": doc["source_path"],
@@ -426,8 +449,15 @@ def _upsert(run: Run, documents, chunks, vectors, failed_keys, label: str) -> No
     doc_chunks = chunks_of(chunks, ready_ids)
     rows = store_rows(doc_chunks, {doc["doc_id"]: doc["source_path"] for doc in ready}, vectors,
                       run.embedder.dimension)
+    doc_edges = None
+    if run.graph is not None:  # with the graph off, a graph left from when it was on loses these documents' edges
+        doc_edges = EDGES.empty_table() if edges is None else edges.filter(
+            pc.is_in(edges.column("doc_id"), value_set=pa.array(sorted(ready_ids), pa.string())))
     try:
-        run.summary["chunks"]["written"] += run.runner.run("upsert", run.store, sorted(ready_ids), rows, label=label)
+        run.summary["chunks"]["written"] += run.runner.run("upsert", run.store, sorted(ready_ids), rows, run.graph,
+                                                           doc_edges, label=label)
+        if doc_edges is not None:
+            run.summary["graph"]["edges_written"] += doc_edges.num_rows
     except Exception as exc:  # the store write is one operation: it happened whole or not at all
         for doc in ready:
             run.failures.append({"stage": "upsert", "doc_id": doc["doc_id"], "source_path": doc["source_path"],
@@ -444,7 +474,7 @@ def _delete(run: Run, plan: Plan) -> None:
     started = time.perf_counter()
     removed_ids = [row["doc_id"] for row in plan.removed]
     run.lock.check()
-    run.summary["chunks"]["deleted"] += run.runner.run("delete", run.store, removed_ids,
+    run.summary["chunks"]["deleted"] += run.runner.run("delete", run.store, removed_ids, run.graph,
                                                        label=f"{len(removed_ids)} removed docs")
     failpoint("delete.after_store")
     run.state.update_manifest(manifest_rows([], CHUNKS.empty_table(), run.fingerprints, run.run_id), removed_ids)

@@ -17,6 +17,7 @@ class Fingerprints:
     converter: str
     chunker: str
     model_id: str
+    graph: str = ""  # the graph extractor ('' when the graph stage is off)
 
 
 @dataclass
@@ -54,8 +55,10 @@ def make_plan(scanned: list[SourceFile], manifest: pa.Table, fingerprints: Finge
         row = stored.get(source.doc_id)
         if row is None:
             plan.new.append(source)
-        elif force or (row["source_sha256"], row["converter"], row["chunker"], row["model_id"]) != (
-            source.source_sha256, fingerprints.converter, fingerprints.chunker, fingerprints.model_id
+        elif force or (row["source_sha256"], row["converter"], row["chunker"], row["model_id"],
+                       row.get("graph") or "") != (
+            source.source_sha256, fingerprints.converter, fingerprints.chunker, fingerprints.model_id,
+            fingerprints.graph
         ):
             plan.changed.append(source)
         else:

@@ -153,6 +153,7 @@ def manifest_rows(documents: list[dict], chunks: pa.Table, fingerprints: Fingerp
         "doc_id": doc["doc_id"], "source_path": doc["source_path"], "origin": doc.get("origin", "file"),
         "source_sha256": doc["source_sha256"], "converter": fingerprints.converter, "chunker": fingerprints.chunker,
         "model_id": fingerprints.model_id, "chunk_ids": ids_by_doc.get(doc["doc_id"], []), "run_id": run_id,
+        "graph": fingerprints.graph,
     } for doc in documents]
     return pa.Table.from_pylist(rows, schema=MANIFEST)
 

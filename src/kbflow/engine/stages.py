@@ -1,7 +1,7 @@
 """The stages of an ingest, each one call over one batch: what ``kbflow.tasks`` wraps as Prefect tasks, and what the
 direct runner calls. Both run them under the same retry policies (``policies``).
 
-convert → split → chunk are pure (files in, Arrow tables out); embed writes each provider request's vectors to the
+convert → split → chunk (→ graph) are pure (files in, Arrow tables out); embed writes each provider request's vectors to the
 vector cache as soon as they arrive; upsert, delete and index write the store. Store and file-system failures are
 classified here (``kbflow.stores.errors``), so only passing ones are retried.
 """
@@ -24,6 +24,7 @@ from kbflow.convert.converters import convert_batch
 from kbflow.convert.scan import SourceFile
 from kbflow.embed.base import Embedder
 from kbflow import progress
+from kbflow.graph.extract import GRAPH_VERSION, extract_edges
 from kbflow.engine import rows
 from kbflow.retry import RetryPolicy
 from kbflow.stores.errors import store_errors
@@ -41,6 +42,7 @@ def policies(config: KbConfig) -> dict[str, RetryPolicy]:
         "convert": RetryPolicy(attempts=3, backoff_s=1.0, max_backoff_s=10.0),  # reading sources (a network share)
         "split": NO_RETRY,
         "chunk": NO_RETRY,
+        "graph": NO_RETRY,
         # the whole embed stage again, after one of its provider requests used up its own retries (a remote
         # embedder retries each request under embedder.retries / retry_budget_s); it resumes from the vector
         # cache, so requests that finished are not sent again
@@ -71,6 +73,10 @@ CHUNK_STAGE_VERSION = "2"  # what the chunk stage returns: 2 = its chunks carry 
 
 def chunk_cache_key(batch: str, chunker: str) -> str:
     return "chunk-" + digest(CHUNK_VERSION, CHUNK_STAGE_VERSION, batch, chunker)
+
+
+def graph_cache_key(chunk_key: str) -> str:
+    return "graph-" + digest(GRAPH_VERSION, chunk_key)
 
 
 def convert(sources: list[SourceFile], options: ConvertConfig, cache_dir: str | None, done_before: int = 0,
@@ -113,16 +119,30 @@ def embed(keys: list[str], texts: list[str], embedder: Embedder, cache: VectorCa
     return keys, np.stack([done[key] for key in keys]) if keys else np.empty((0, 0), np.float32)
 
 
-def upsert(store, doc_ids: list[str], table: pa.Table) -> int:
-    """Replace whole documents in one store operation: it happens whole or not at all. Returns the rows written
-    (a chunk identical to its stored row is not rewritten)."""
+def graph(chunks: pa.Table, source_paths: dict[str, str]) -> pa.Table:
+    """The graph stage: the edges out of a batch's chunks (``kbflow.graph.extract``)."""
+    return extract_edges(chunks, source_paths)
+
+
+def upsert(store, doc_ids: list[str], table: pa.Table, graph_store=None, edges: pa.Table | None = None) -> int:
+    """Replace whole documents in one store operation: it happens whole or not at all; then, with a graph, their
+    edges (a retry repeats both: each replace is idempotent). Returns the chunk rows written (a chunk identical to
+    its stored row is not rewritten)."""
     with store_errors(f"writing {len(doc_ids)} documents to store table {store.namespace!r}"):
-        return store.replace_documents(doc_ids, table)
+        written = store.replace_documents(doc_ids, table)
+    if graph_store is not None:
+        with store_errors(f"writing the graph edges of {len(doc_ids)} documents to {graph_store.table_name!r}"):
+            graph_store.replace_documents(doc_ids, edges)
+    return written
 
 
-def delete(store, doc_ids: list[str]) -> int:
+def delete(store, doc_ids: list[str], graph_store=None) -> int:
     with store_errors(f"deleting {len(doc_ids)} removed documents from store table {store.namespace!r}"):
-        return store.delete_documents(doc_ids)
+        deleted = store.delete_documents(doc_ids)
+    if graph_store is not None:
+        with store_errors(f"deleting the graph edges of {len(doc_ids)} removed documents"):
+            graph_store.delete_documents(doc_ids)
+    return deleted
 
 
 def index(store) -> dict:
@@ -131,5 +151,5 @@ def index(store) -> dict:
         return store.refresh_indexes()
 
 
-STAGES = {"convert": convert, "split": split, "chunk": chunk, "embed": embed, "upsert": upsert, "delete": delete,
-          "index": index}
+STAGES = {"convert": convert, "split": split, "chunk": chunk, "graph": graph, "embed": embed, "upsert": upsert,
+          "delete": delete, "index": index}

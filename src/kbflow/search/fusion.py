@@ -16,6 +16,8 @@ def _merge(lists: dict[str, list[Hit]]) -> dict[str, Hit]:
     for name, hits in lists.items():
         for rank, hit in enumerate(hits, 1):
             kept = merged.setdefault(hit.chunk_id, replace(hit, extra=dict(hit.extra)))
+            for key, value in hit.extra.items():  # what a later list knows of the hit (graph search: its path)
+                kept.extra.setdefault(key, value)
             kept.extra[name] = hit.score
             kept.extra[f"{name}_rank"] = rank
     return merged

@@ -3,7 +3,8 @@ multi-query expansion (MQE) or hypothetical-document search (HyDE).
 
 Scores are in the mode's own unit (``Hit.extra`` keeps the inputs): vector = cosine similarity (-1..1);
 bm25 = BM25 score (≥ 0); hybrid = RRF sum (≤ 2/(rrf_k+1)) or weighted min-max (0..1); rerank = the reranker's
-score. With MQE, the lists of every phrasing are fused again by RRF, so scores are RRF sums.
+score; graph = RRF sum of the vector, BM25 and graph lists (≤ 3/(rrf_k+1)), each hit with the path that reached
+it (``kbflow.graph.expand``). With MQE, the lists of every phrasing are fused again by RRF, so scores are RRF sums.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from kbflow.search import fusion
 from kbflow.search.tokens import words
 from kbflow.stores import Hit, SearchFilter, open_store
 
-MODES = ("vector", "bm25", "hybrid", "rerank")
+MODES = ("vector", "bm25", "hybrid", "rerank", "graph")
 EXPANSIONS = ("mqe", "hyde")
 
 
@@ -66,6 +67,7 @@ class Searcher:
         self._reranker = None
         self._chat = None
         self._pool: ThreadPoolExecutor | None = None  # one thread for BM25 beside the vector search (hybrid)
+        self._expander = None
 
     # --- lazily built helpers ------------------------------------------------------------------------------
     @property
@@ -88,6 +90,22 @@ class Searcher:
 
                 self._chat = ChatClient(self.config.search.llm)
         return self._chat
+
+    @property
+    def expander(self):
+        """Graph search over the namespace's graph; refused with the fix when the namespace has none."""
+        if self._expander is None:
+            from kbflow.graph.expand import GraphExpander
+            from kbflow.graph.store import GraphStore
+            from kbflow.stores.factory import store_uri
+
+            graph = GraphStore(store_uri(self.config), self.namespace)
+            if not graph.exists():
+                raise ConfigError(f"search mode 'graph' needs the graph of namespace {self.namespace!r}, which has "
+                                  "none: set graph.enabled: true in the config (or KBFLOW__GRAPH__ENABLED=true) and "
+                                  "ingest again (documents are re-processed once, from their cached vectors)")
+            self._expander = GraphExpander(self.store, graph, self.namespace, self.config.graph)
+        return self._expander
 
     # --- search --------------------------------------------------------------------------------------------
     def search(self, query: str, mode: str | None = None, limit: int | None = None, min_score: float | None = None,
@@ -133,11 +151,25 @@ class Searcher:
         depth = max(settings.candidates, limit, settings.rerank.candidates if mode == "rerank" else 0)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kbflow-bm25")
-        lists = candidate_lists(self.store, lambda: embed_query(self.embedder, vector_text), words(bm25_text), depth,
-                                where, self._pool)
+        vectors: list[np.ndarray] = []
+
+        def query_vector() -> np.ndarray:
+            vectors.append(embed_query(self.embedder, vector_text))
+            return vectors[-1]
+
+        lists = candidate_lists(self.store, query_vector, words(bm25_text), depth, where, self._pool)
         fused = fuse(lists, settings)
         if mode == "hybrid":
             return fused
+        if mode == "graph":
+            lists["graph"] = self.expander.expand(query, vectors[-1], fused, where)
+            hits = fusion.rrf(lists, settings.rrf_k)
+            for hit in hits:  # every hit says why it was returned
+                if "path" not in hit.extra:
+                    ranks = ", ".join(f"{name} #{hit.extra[name + '_rank']}" for name in ("vector", "bm25")
+                                      if name + "_rank" in hit.extra)
+                    hit.extra["path"] = [f"hit for the query ({ranks})"]
+            return hits
         return self.rerank(query, fused[:settings.rerank.candidates])
 
     def rerank(self, query: str, hits: list[Hit]) -> list[Hit]:

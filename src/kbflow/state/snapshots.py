@@ -36,7 +36,12 @@ def read_table(path, schema: pa.Schema | None = None) -> pa.Table:
             raise FileNotFoundError(str(path))
         return schema.empty_table()
     table = pq.read_table(io.BytesIO(path.read_bytes()) if is_remote(path) else path)
-    return table.select(schema.names).cast(schema) if schema is not None else table
+    if schema is None:
+        return table
+    for field in schema:  # a column added since the file was written (a nullable one) reads as nulls
+        if field.name not in table.column_names and field.nullable:
+            table = table.append_column(field, pa.nulls(table.num_rows, field.type))
+    return table.select(schema.names).cast(schema)
 
 
 def clean_temporaries(folder) -> int:

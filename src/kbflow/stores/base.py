@@ -27,6 +27,7 @@ class Hit:
             "heading_path": self.heading_path,
             "score": round(float(self.score), 6),
             "text": self.text,
+            **({"path": self.extra["path"]} if "path" in self.extra else {}),  # how graph search reached it
         }
 
 
@@ -35,15 +36,17 @@ class SearchFilter:
     """Restrict a search to some chunks. Every set field must hold (AND); an empty filter matches everything.
 
     ``source_glob`` is an fnmatch pattern over the stored source path ('docs/*.md': ``*`` also crosses '/');
-    ``heading_prefix`` matches chunks whose heading path starts with these headings; ``doc_ids`` lists documents.
+    ``heading_prefix`` matches chunks whose heading path starts with these headings; ``doc_ids`` lists documents,
+    ``chunk_ids`` chunks (graph search reads the chunks it reached).
     """
 
     source_glob: str | None = None
     heading_prefix: tuple[str, ...] = ()
     doc_ids: tuple[str, ...] = ()
+    chunk_ids: tuple[str, ...] = ()
 
     def __bool__(self) -> bool:
-        return bool(self.source_glob or self.heading_prefix or self.doc_ids)
+        return bool(self.source_glob or self.heading_prefix or self.doc_ids or self.chunk_ids)
 
 
 class Store(Protocol):

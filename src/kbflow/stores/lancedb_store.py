@@ -103,6 +103,10 @@ def where_sql(where: SearchFilter | None) -> str | None:
         if len(where.doc_ids) > IN_LIST_MAX:
             raise ValueError(f"a filter takes at most {IN_LIST_MAX} document ids, got {len(where.doc_ids)}")
         clauses.append(f"doc_id IN ({sql_list(list(where.doc_ids))})")
+    if where.chunk_ids:
+        if len(where.chunk_ids) > IN_LIST_MAX:
+            raise ValueError(f"a filter takes at most {IN_LIST_MAX} chunk ids, got {len(where.chunk_ids)}")
+        clauses.append(f"chunk_id IN ({sql_list(list(where.chunk_ids))})")
     return " AND ".join(clauses)
 
 

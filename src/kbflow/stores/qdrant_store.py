@@ -203,6 +203,8 @@ class QdrantStore:
                 value=HEADING_SEP.join(where.heading_prefix))))
         if where.doc_ids:
             must.append(models.FieldCondition(key="doc_id", match=models.MatchAny(any=list(where.doc_ids))))
+        if where.chunk_ids:
+            must.append(models.HasIdCondition(has_id=[point_id(chunk_id) for chunk_id in where.chunk_ids]))
         return models.Filter(must=must)
 
     def _query(self, query, using: str | None, limit: int, where: SearchFilter | None, params=None) -> list[Hit]:

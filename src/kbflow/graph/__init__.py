@@ -1,0 +1,11 @@
+"""The knowledge graph of a namespace (issue 21): what the documents say about each other, beside the vectors.
+
+* ``extract``: the graph stage, a pure function over a chunk batch: the links between pages and sections (resolved
+  to the linked document's source path and anchor), the terms a chunk defines (definition lists, glossaries,
+  configuration parameters) and the heading each section starts with.
+* ``store``: the edges in one LanceDB table per namespace (``graph_<namespace>``) beside the vector cache, replaced
+  document by document like the chunks, so a removed document's edges go with it.
+* ``expand``: graph-aware search: seeds from the query (its best hits, and the chunks defining a term it names),
+  links followed within a hop budget, each reached chunk scored by its similarity to the query and returned with
+  the path that reached it.
+"""

@@ -1,0 +1,107 @@
+"""The graph stage in real ingests (Prefect flow runs against the session's test server) of four real PostgreSQL
+manual pages that link to each other, and graph search over what it stored (issue 21, points 1 and 2)."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from kbflow import api
+from kbflow.errors import ConfigError
+from kbflow.graph.store import GraphStore
+from kbflow.state.manifest import NamespaceState
+from tests.conftest import CASES
+
+PRESET = "graph/runtime-config-preset.html"
+
+
+@pytest.fixture
+def manual(tmp_path):
+    target = tmp_path / "graph"
+    shutil.copytree(CASES / "graph", target)
+    return target
+
+
+def _edges(data_dir) -> list[dict]:
+    return GraphStore(data_dir / "lancedb", "default").rows().to_pylist()
+
+
+def test_the_graph_is_built_with_the_chunks_and_kept_current_document_by_document(manual, tmp_path, monkeypatch,
+                                                                                  counting):
+    data = tmp_path / "data"
+    plain = api.ingest([str(manual)], data_dir=data)
+    assert "graph" not in plain and not GraphStore(data / "lancedb", "default").exists()
+
+    monkeypatch.setenv("KBFLOW__GRAPH__ENABLED", "true")
+    counting.texts_embedded = 0
+    first = api.ingest([str(manual)], data_dir=data)  # turning the graph on re-processes each document once
+    assert first["documents"]["changed"] == 4 and counting.texts_embedded == 0 and first["chunks"]["written"] == 0
+    edges = _edges(data)
+    assert first["graph"]["edges_written"] == len(edges) == sum(first["graph"]["edges"].values())
+    assert {"link", "defines", "heading"} <= set(first["graph"]["edges"])
+    link = [e for e in edges if e["kind"] == "link" and e["source_path"] == "graph/checksums.html"
+            and e["anchor"] == "GUC-DATA-CHECKSUMS"]
+    assert [(e["target"], e["label"]) for e in link] == [(PRESET, "data_checksums")]
+    assert any(e["kind"] == "defines" and e["target"] == "data checksums" and e["source_path"] == PRESET
+               for e in edges)
+    runs = data / "runs" / "default" / first["run_id"] / "graph"
+    assert sorted(p.name for p in runs.iterdir()) == ["part-00000.parquet"]  # the run's graph snapshot
+
+    again = api.ingest([str(manual)], data_dir=data)
+    assert again["documents"]["unchanged"] == 4 and again["graph"]["edges_written"] == 0 and _edges(data) == edges
+
+    # one page changes: its edges are replaced, the others' stay as they were
+    page = manual / "checksums.html"
+    page.write_text(page.read_text(encoding="utf-8").replace('href="runtime-config-preset.html#GUC-DATA-CHECKSUMS"',
+                                                             'href="sql-altersystem.html"'), encoding="utf-8")
+    changed = api.ingest([str(manual)], data_dir=data)
+    assert changed["documents"]["changed"] == 1
+    after = _edges(data)
+    assert not any(e["anchor"] == "GUC-DATA-CHECKSUMS" and e["source_path"] == "graph/checksums.html" for e in after)
+    assert any(e["source_path"] == "graph/checksums.html" and e["target"] == "graph/sql-altersystem.html"
+               for e in after)
+    assert [e for e in after if e["source_path"] != "graph/checksums.html"] == \
+        [e for e in edges if e["source_path"] != "graph/checksums.html"]
+
+    # a removed page's edges go with it
+    (manual / "sql-altersystem.html").unlink()
+    removed = api.ingest([str(manual)], data_dir=data)
+    assert removed["documents"]["removed"] == 1
+    assert not any(e["source_path"] == "graph/sql-altersystem.html" for e in _edges(data))
+
+    # turned off: every document is re-processed once and the graph is emptied, nothing is embedded
+    monkeypatch.setenv("KBFLOW__GRAPH__ENABLED", "false")
+    counting.texts_embedded = 0
+    off = api.ingest([str(manual)], data_dir=data)
+    assert off["documents"]["changed"] == 3 and counting.texts_embedded == 0 and _edges(data) == []
+    assert set(NamespaceState(data, "default").read_manifest().column("graph").to_pylist()) == {""}
+    api.clear("default", data_dir=data)
+    assert not GraphStore(data / "lancedb", "default").exists()
+
+
+def test_graph_search_follows_links_and_says_why_each_hit_was_returned(manual, tmp_path, monkeypatch):
+    data = tmp_path / "data"
+    api.ingest([str(manual)], data_dir=data)
+    with pytest.raises(ConfigError, match="graph.enabled"):
+        api.search("data checksums", data_dir=data, mode="graph")
+
+    monkeypatch.setenv("KBFLOW__GRAPH__ENABLED", "true")
+    api.ingest([str(manual)], data_dir=data)
+    monkeypatch.setenv("KBFLOW__GRAPH__SEEDS", "1")
+    hits = api.search("Are data pages of a cluster protected by checksums?", data_dir=data, mode="graph", limit=50)
+    assert all(h.extra.get("path") and h.to_dict()["path"] == h.extra["path"] for h in hits)  # every hit says why
+    seed = hits[0] if hits[0].source_path == "graph/checksums.html" else None
+    assert seed is not None, [h.source_path for h in hits[:3]]
+    followed = [h for h in hits if h.source_path == PRESET and len(h.extra["path"]) == 2]
+    assert followed, [h.extra["path"] for h in hits]
+    named = [h for h in followed if "data_checksums` (`boolean`)" in h.text]
+    assert named and named[0].extra["path"][1].startswith(
+        f"links to {PRESET}#GUC-DATA-CHECKSUMS 'data_checksums', which names: {PRESET}")
+    assert named[0].extra["path"][0].startswith("hit #1 for the query: graph/checksums.html")
+    assert "graph_rank" in named[0].extra
+
+    # an entity the query names: the chunk defining it is a seed, whatever the vector and BM25 lists hold
+    hits = api.search("data_directory_mode", data_dir=data, mode="graph", limit=50)
+    seeds = [h for h in hits if h.extra["path"][0].startswith("defines 'data_directory_mode', named in the query")]
+    assert seeds and seeds[0].source_path == PRESET and "graph_rank" in seeds[0].extra
