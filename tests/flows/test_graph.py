@@ -105,3 +105,33 @@ def test_graph_search_follows_links_and_says_why_each_hit_was_returned(manual, t
     hits = api.search("data_directory_mode", data_dir=data, mode="graph", limit=50)
     seeds = [h for h in hits if h.extra["path"][0].startswith("defines 'data_directory_mode', named in the query")]
     assert seeds and seeds[0].source_path == PRESET and "graph_rank" in seeds[0].extra
+
+
+def test_eval_on_source_files_keeps_their_links_for_graph_search(tmp_path, monkeypatch):
+    """A BEIR corpus row with ``file`` is that source file, copied under its relative path (its links resolve as in
+    the manual), so `kbflow eval --mode graph` measures the graph built from real pages; a file outside the folder
+    is refused."""
+    import json
+
+    from kbflow.evaluate import eval_beir
+
+    beir = tmp_path / "relset"
+    shutil.copytree(CASES / "graph", beir / "files")
+    pages = sorted(p.name for p in (beir / "files").iterdir())
+    (beir / "corpus.jsonl").write_text("".join(json.dumps({"_id": name, "title": "", "text": "",
+                                                           "file": f"files/{name}"}) + "\n" for name in pages))
+    (beir / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "How can I tell whether the data pages "
+                                                    "of my cluster carry checksums?"}) + "\n")
+    (beir / "qrels").mkdir()
+    (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\truntime-config-preset.html\t1\n")
+    monkeypatch.setenv("KBFLOW__GRAPH__ENABLED", "true")
+    result = eval_beir(beir, data_dir=tmp_path / "data", modes=["hybrid", "graph"])
+    assert result["documents"] == 4 and [run["mode"] for run in result["runs"]] == ["hybrid", "graph"]
+    assert all(run["metrics"]["recall@10"] == 1.0 for run in result["runs"])  # four pages: both find it
+    stored = GraphStore(tmp_path / "data" / "lancedb", result["namespace"]).rows().to_pylist()
+    assert any(e["anchor"] == "GUC-DATA-CHECKSUMS" and e["target"] == "corpus/files/runtime-config-preset.html"
+               for e in stored)
+
+    (beir / "corpus.jsonl").write_text(json.dumps({"_id": "x", "file": "../outside.html"}) + "\n")
+    with pytest.raises(ConfigError, match="not a file inside"):
+        eval_beir(beir, data_dir=tmp_path / "data2", modes=["hybrid"])
