@@ -144,13 +144,14 @@ def search(query: str, namespace: str | None = None, limit: int | None = None, m
 
 def ask(question: str, namespace: str | None = None, config: KbConfig | str | Path | None = None,
         data_dir: str | Path | None = None, mode: str | None = None, where: SearchFilter | None = None,
-        expand: str | None = None, on_token=None) -> dict:
+        expand: str | None = None, on_token=None, agentic: bool = False) -> dict:
     """An answer grounded in retrieved chunks with numbered citations, through the configured chat model;
-    ``on_token`` receives the answer as it is written (piece by piece from a local model)."""
+    ``on_token`` receives the answer as it is written (piece by piece from a local model); ``agentic``: the
+    question chooses its retrieval rounds (``kbflow.search.agentic``), returned as ``trace``."""
     from kbflow.search.ask import ask as ask_question
 
     return ask_question(Searcher(_config(config, data_dir), namespace), question, mode, where, expand,
-                        on_token=on_token)
+                        on_token=on_token, agentic=agentic)
 
 
 def stats(namespace: str | None = None, config: KbConfig | str | Path | None = None,

@@ -185,6 +185,9 @@ def ask(
     config: Optional[Path] = ConfigOpt,
     data_dir: Optional[str] = DataDirOpt,
     as_json: bool = JsonOpt,
+    agentic: bool = typer.Option(False, "--agentic", help="Let the question choose its retrieval: one search, a "
+                                 "comparison's parallel searches, several hops, a rewritten query (bounded by "
+                                 "search.agentic); --json returns each round's queries and hits as 'trace'."),
 ) -> None:
     """Answer QUESTION from retrieved chunks with numbered citations, through the configured chat model.
 
@@ -196,7 +199,7 @@ def ask(
 
     try:
         result = api.ask(question, namespace, config, data_dir, mode, _filter(source, None, None), expand,
-                         on_token=None if as_json else show)
+                         on_token=None if as_json else show, agentic=agentic)
     except KbflowError as exc:
         if not as_json:
             out.print()
@@ -208,6 +211,11 @@ def ask(
         out.print(result["message"])
         return
     out.print()
+    for step in result.get("trace", []):  # --agentic: how the evidence was found
+        if step["step"] == "search":
+            queries = "; ".join(repr(search["query"]) for search in step["searches"])
+            out.print(f"  round {step['round']} ({step['why']}): {queries}", style="dim", highlight=False,
+                      markup=False)
     out.rule("sources", align="left")
     for source_row in result["sources"]:
         heading_text = " > ".join(source_row["heading_path"])

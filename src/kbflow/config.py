@@ -249,6 +249,20 @@ class GraphConfig(_Section):
                              "ones linked from the best seeds first).")
 
 
+class AgenticConfig(_Section):
+    max_rounds: int = Field(3, ge=1, le=10, description="`ask --agentic`: retrieval rounds at most (a comparison's "
+                            "parallel searches are one round).")
+    evidence_per_round: int = Field(4, ge=1, le=20, description="`ask --agentic`: hits each search of a round "
+                                    "adds to the evidence (and shows the planner, cut to 400 characters each).")
+    planner_tokens: int = Field(160, ge=32, le=2000, description="`ask --agentic`: most tokens of one planning "
+                                "reply (the strategy, the next query).")
+    max_planner_prompt_tokens: int = Field(12000, ge=500, description="`ask --agentic`: prompt tokens all "
+                                           "planning calls of one question may use together (counted by a local "
+                                           "model's tokenizer, else estimated as characters / 4); when the next "
+                                           "call would pass it, the rounds stop and the answer uses the evidence "
+                                           "found so far.")
+
+
 class SearchConfig(_Section):
     limit: int = Field(5, ge=1, le=1000, description="Hits returned by default.")
     min_score: float | None = Field(
@@ -288,6 +302,7 @@ class SearchConfig(_Section):
     bm25_avg_len: float = Field(120.0, gt=0, description="Qdrant BM25: assumed mean words per chunk (fixed at write time).")
     rerank: RerankConfig = Field(default_factory=RerankConfig)
     llm: LlmConfig = Field(default_factory=LlmConfig)
+    agentic: AgenticConfig = Field(default_factory=AgenticConfig)
 
 
 class ScheduleConfig(_Section):

@@ -49,10 +49,11 @@ class KnowledgeBase:
         return self.searcher.search(query, mode, limit, min_score, where, expand)
 
     def ask(self, question: str, mode: str | None = None, expand: str | None = None,
-            source_glob: str | None = None, on_token=None) -> dict:
+            source_glob: str | None = None, on_token=None, agentic: bool = False) -> dict:
         """An answer with numbered citations, from the configured chat model (see ``search.llm``); ``on_token``
-        receives it as it is written."""
-        return ask_question(self.searcher, question, mode, SearchFilter(source_glob), expand, on_token=on_token)
+        receives it as it is written; ``agentic``: the question chooses its retrieval rounds (``trace``)."""
+        return ask_question(self.searcher, question, mode, SearchFilter(source_glob), expand, on_token=on_token,
+                            agentic=agentic)
 
     def stats(self) -> dict:
         return api.stats(self.namespace, self.config)

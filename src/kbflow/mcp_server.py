@@ -34,7 +34,7 @@ INSTRUCTIONS = (
     "before answering from them; `ask` returns an answer with numbered citations when the server has a chat "
     "model. `list_namespaces` says what exists."
 )
-Mode = Literal["hybrid", "vector", "bm25", "rerank"]
+Mode = Literal["hybrid", "vector", "bm25", "rerank", "graph"]
 NamespaceArg = Annotated[str | None, Field(
     description="The namespace to use (see list_namespaces). Empty: the server's default namespace.")]
 INBOX = "mcp-inbox"  # under the data dir: files sent inline by add_document, one folder per namespace
@@ -91,7 +91,8 @@ class Tools:
                limit: Annotated[int, Field(ge=1, le=50, description="How many passages to return.")] = 5,
                mode: Annotated[Mode | None, Field(
                    description="hybrid (default: meaning and exact words), vector (meaning), bm25 (exact words, "
-                   "names, error codes), rerank (hybrid, reordered by the configured reranker).")] = None,
+                   "names, error codes), rerank (hybrid, reordered by the configured reranker), graph (hybrid plus the "
+                   "passages its best hits link to; each says why: 'path'; needs graph.enabled).")] = None,
                source_glob: Annotated[str | None, Field(
                    description="Only files whose path matches this glob, e.g. 'manual/*.html'.")] = None,
                heading_prefix: Annotated[list[str] | None, Field(
@@ -112,13 +113,16 @@ class Tools:
     def ask(self, question: Annotated[str, Field(min_length=1, description="The question to answer.")],
             namespace: NamespaceArg = None,
             mode: Annotated[Mode | None, Field(description="Retrieval mode, as in search.")] = None,
-            source_glob: Annotated[str | None, Field(description="Only files matching this glob.")] = None) -> dict:
+            source_glob: Annotated[str | None, Field(description="Only files matching this glob.")] = None,
+            agentic: Annotated[bool, Field(description="Let the question choose its retrieval (one search, parallel "
+                                                       "searches for a comparison, several hops, a rewritten query); "
+                                                       "the rounds come back as 'trace'.")] = False) -> dict:
         """Answer a question from the namespace's passages with the server's chat model: the answer cites its
         sources as [1], [2] and lists them (path, heading). An error when the server has no chat model: then use
         search and answer from the passages yourself."""
         kb = self._kb(namespace)
         try:
-            return kb.ask(question, mode=mode, source_glob=source_glob)
+            return kb.ask(question, mode=mode, source_glob=source_glob, agentic=agentic)
         except KbflowError as exc:
             raise ToolError(str(exc)) from None
 

@@ -56,6 +56,8 @@ def test_stdio_tools_write_search_and_answer_reads_while_a_write_runs(tmp_path):
             assert set(tools) == TOOLS
             assert all(tool.description and len(tool.description) > 40 for tool in tools.values())
             assert tools["search"].input_schema["properties"]["limit"]["maximum"] == 50
+            assert "graph" in tools["search"].input_schema["properties"]["mode"]["anyOf"][0]["enum"]
+            assert tools["ask"].input_schema["properties"]["agentic"]["default"] is False
             assert tools["search"].annotations.read_only_hint and not tools["add_text"].annotations.read_only_hint
 
             missing = await client.call_tool("search", {"query": "tea"})

@@ -44,23 +44,39 @@ def pack(chat, question: str, hits: list[Hit]) -> list[Hit]:
 
 
 def ask(searcher: Searcher, question: str, mode: str | None = None, where: SearchFilter | None = None,
-        expand: str | None = None, context_chunks: int | None = None, on_token=None) -> dict:
+        expand: str | None = None, context_chunks: int | None = None, on_token=None, agentic: bool = False) -> dict:
     """Retrieve, then ask the chat model. Citations are checked: numbers that name no source are reported.
     ``on_token`` receives the answer as the model writes it (piece by piece from a local model). Sources that do
-    not fit a local model's window are left out, best-ranked first kept, and counted in ``sources_left_out``."""
+    not fit a local model's window are left out, best-ranked first kept, and counted in ``sources_left_out``.
+
+    ``agentic``: the question chooses the retrieval (``kbflow.search.agentic``: one search, parallel searches
+    of a comparison, several hops, a rewritten query) in bounded rounds; the result adds ``strategy``, ``trace``
+    and ``planner`` (calls, prompt tokens)."""
     chat = searcher.chat  # fails first, and clearly, when no LLM is configured
     limit = context_chunks or searcher.config.search.llm.context_chunks
-    retrieved = searcher.search(question, mode=mode, limit=limit, where=where, expand=expand)
+    extra: dict = {}
+    if agentic:
+        if expand is not None:
+            raise ConfigError("ask --agentic writes its own search queries: drop --expand")
+        from kbflow.search.agentic import Agent  # it cites as this module does: imported here, not at the top
+
+        agent = Agent(searcher, mode, where)
+        strategy, retrieved = agent.retrieve(question)
+        extra = {"strategy": strategy, "trace": agent.trace,
+                 "planner": {"calls": agent.calls, "prompt_tokens": agent.prompt_tokens}}
+    else:
+        retrieved = searcher.search(question, mode=mode, limit=limit, where=where, expand=expand)
     hits = pack(chat, question, retrieved)
     sources = [{"n": n, "source_path": hit.source_path, "heading_path": hit.heading_path, "chunk_id": hit.chunk_id,
                 "score": round(hit.score, 6)} for n, hit in enumerate(hits, 1)]
     if not hits:
         return {"question": question, "answer": None, "sources": [], "cited": [], "unknown_citations": [],
                 "sources_left_out": 0,
-                "message": f"no chunk of namespace {searcher.namespace!r} matches the question; nothing was asked"}
+                "message": f"no chunk of namespace {searcher.namespace!r} matches the question; nothing was asked",
+                **extra}
     answer = chat.complete(build_messages(question, hits), on_token=on_token)
     numbers = sorted({int(n) for n in CITATION.findall(answer)})
     return {"question": question, "answer": answer, "sources": sources,
             "cited": [n for n in numbers if 1 <= n <= len(hits)],
             "unknown_citations": [n for n in numbers if not 1 <= n <= len(hits)],
-            "sources_left_out": len(retrieved) - len(hits)}
+            "sources_left_out": len(retrieved) - len(hits), **extra}

@@ -31,10 +31,13 @@ class ChatClient:
         self.key = key
         self.client = httpx.Client()
 
-    def complete(self, messages: list[dict], temperature: float | None = None, on_token=None) -> str:
-        """The answer; ``on_token`` gets it once, whole (this client does not stream)."""
+    def complete(self, messages: list[dict], temperature: float | None = None, on_token=None,
+                 max_tokens: int | None = None, limit_name: str = "search.llm.max_tokens") -> str:
+        """The answer; ``on_token`` gets it once, whole (this client does not stream). ``max_tokens`` (default
+        ``search.llm.max_tokens``, the setting ``limit_name`` names in the error when the reply is cut there)."""
         config = self.config
-        payload = {"model": config.model, "messages": messages, "max_tokens": config.max_tokens,
+        limit = max_tokens or config.max_tokens
+        payload = {"model": config.model, "messages": messages, "max_tokens": limit,
                    "temperature": config.temperature if temperature is None else temperature}
         reply = post_json(self.url, payload, self.key, config.api_key_env, f"chat model {config.model}",
                           config.timeout_s, config.retries, client=self.client)
@@ -48,8 +51,8 @@ class ChatClient:
             raise PermanentError(f"chat model {config.model} returned an empty answer "
                                  f"(finish_reason {choice.get('finish_reason')!r})")
         if choice.get("finish_reason") == "length":
-            raise PermanentError(f"chat model {config.model} stopped at search.llm.max_tokens ({config.max_tokens}) "
-                                 "mid-answer; raise search.llm.max_tokens")
+            raise PermanentError(f"chat model {config.model} stopped at {limit_name} ({limit}) mid-answer; raise "
+                                 f"{limit_name}")
         if on_token is not None:
             on_token(content.strip())
         return content.strip()

@@ -111,9 +111,13 @@ class LocalChat:
         return reply.json()
 
     def complete(self, messages: list[dict], temperature: float | None = None,
-                 on_token: Callable[[str], None] | None = None) -> str:
+                 on_token: Callable[[str], None] | None = None, max_tokens: int | None = None,
+                 limit_name: str = "search.llm.max_tokens") -> str:
+        """The reply; ``max_tokens`` (default ``search.llm.max_tokens``, whose setting ``limit_name`` names in the
+        error when the reply is cut there) bounds it."""
         config = self.config
-        request = {"messages": messages, "max_tokens": config.max_tokens,
+        limit = max_tokens or config.max_tokens
+        request = {"messages": messages, "max_tokens": limit,
                    "temperature": config.temperature if temperature is None else temperature}
         pieces: list[str] = []
         finish: list[str] = []
@@ -141,8 +145,8 @@ class LocalChat:
             raise PermanentError(f"local model {self.name} failed: {reason[7:]}")
         content = "".join(pieces)
         if reason == "length":
-            raise PermanentError(f"local model {self.name} stopped at search.llm.max_tokens ({config.max_tokens}) "
-                                 "mid-answer; raise search.llm.max_tokens")
+            raise PermanentError(f"local model {self.name} stopped at {limit_name} ({limit}) mid-answer; raise "
+                                 f"{limit_name}")
         if not content.strip():
             raise PermanentError(f"local model {self.name} returned an empty answer (finish_reason {reason!r})")
         return content.strip()
