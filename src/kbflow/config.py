@@ -247,6 +247,10 @@ class GraphConfig(_Section):
                             "document (those closest to the query; the one its link's anchor names first).")
     max_targets: int = Field(40, ge=1, le=500, description="Search mode graph: linked documents read per hop (the "
                              "ones linked from the best seeds first).")
+    llm_extract: bool = Field(False, description="Also extract entities and relations with the chat model of "
+                              "search.llm (remote, or a local GGUF): one call per chunk text not extracted before "
+                              "(kbflow.graph.llm_extract). Slow on CPU: see docs/retrieval.md#graph-search.")
+    llm_max_tokens: int = Field(400, ge=64, le=4000, description="Most tokens of one extraction reply.")
 
 
 class AgenticConfig(_Section):

@@ -3,6 +3,7 @@ manual pages that link to each other, and graph search over what it stored (issu
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -111,8 +112,6 @@ def test_eval_on_source_files_keeps_their_links_for_graph_search(tmp_path, monke
     """A BEIR corpus row with ``file`` is that source file, copied under its relative path (its links resolve as in
     the manual), so `kbflow eval --mode graph` measures the graph built from real pages; a file outside the folder
     is refused."""
-    import json
-
     from kbflow.evaluate import eval_beir
 
     beir = tmp_path / "relset"
@@ -135,3 +134,74 @@ def test_eval_on_source_files_keeps_their_links_for_graph_search(tmp_path, monke
     (beir / "corpus.jsonl").write_text(json.dumps({"_id": "x", "file": "../outside.html"}) + "\n")
     with pytest.raises(ConfigError, match="not a file inside"):
         eval_beir(beir, data_dir=tmp_path / "data2", modes=["hybrid"])
+
+
+def test_entities_and_relations_from_the_chat_model_are_extracted_once_per_text_and_followed(manual, tmp_path,
+                                                                                              monkeypatch):
+    """graph.llm_extract through a real OpenAI-compatible HTTP server on 127.0.0.1 with scripted replies: one call
+    per chunk text never extracted before; a reply that is not the JSON asked for fails that chunk (its document
+    keeps its stored version, the failure is in the run's snapshot) and the next run sends only that text; the
+    relations are followed by graph search, and say so in the hit's path."""
+    from kbflow.bench.fake_services import FakeServices
+    from kbflow.schemas import FAILURES
+    from kbflow.state.snapshots import read_table
+
+    data = tmp_path / "data"
+    calls: list[str] = []
+    broken = {"on": True}
+
+    def respond(messages):
+        assert messages[0]["content"].startswith("You extract a knowledge graph")
+        passage = messages[-1]["content"]
+        calls.append(passage)
+        if "config_file" in passage and broken["on"]:
+            return "Sure! The passage talks about configuration files."
+        facts = {"entities": [], "relations": []}
+        if "ALTER SYSTEM" in passage:
+            facts["entities"].append({"name": "ALTER SYSTEM", "type": "command"})
+        if "checksum" in passage.lower():
+            facts["entities"].append({"name": "data checksums", "type": "feature"})
+            facts["relations"].append({"source": "data checksums", "relation": "configured with",
+                                       "target": "ALTER SYSTEM"})
+        return json.dumps(facts)
+
+    monkeypatch.setenv("KBFLOW__GRAPH__ENABLED", "true")
+    monkeypatch.setenv("KBFLOW__GRAPH__LLM_EXTRACT", "true")
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    with pytest.raises(ConfigError, match="no LLM configured"):  # before anything is converted or written
+        api.ingest([str(manual)], data_dir=data)
+    assert api.stats(data_dir=data)["documents"] == 0
+    with FakeServices(key="test-key") as service:
+        monkeypatch.setenv("OPENAI_BASE_URL", service.url + "/v1")
+        monkeypatch.setenv("OPENAI_API_KEY", service.key)
+        service.chat_responder = respond
+        first = api.ingest([str(manual)], data_dir=data)
+        texts = first["chunks"]["total"]
+        assert first["graph"]["llm_calls"] == len(calls) > 0
+        failed = [f for f in first["failures"] if f["stage"] == "graph"]
+        assert {f["error_type"] for f in failed} == {"PermanentError", "GraphIncomplete"}
+        assert [f["source_path"] for f in failed if f["error_type"] == "GraphIncomplete"] == \
+            ["graph/runtime-config-file-locations.html"]
+        snapshot = read_table(data / "runs" / "default" / first["run_id"] / "failures.parquet", FAILURES)
+        assert "not the JSON object asked for" in " ".join(snapshot.column("message").to_pylist())
+        assert first["documents"]["failed"] == 1
+        kinds = {e["kind"] for e in _edges(data)}
+        assert {"entity", "relation", "link"} <= kinds
+        assert all(e["extractor"].startswith("llm:openai:") for e in _edges(data) if e["kind"] in ("entity",
+                                                                                                   "relation"))
+
+        broken["on"] = False
+        sent_before = len(calls)
+        second = api.ingest([str(manual)], data_dir=data)
+        retried = calls[sent_before:]
+        assert second["documents"]["changed"] + second["documents"]["new"] == 1  # only the failed document
+        assert retried and all("config_file" in passage for passage in retried)  # only the texts that failed
+        assert second["failures"] == [] and texts > len(retried)
+        third = api.ingest([str(manual)], data_dir=data)
+        assert third["graph"]["llm_calls"] == 0 and len(calls) == sent_before + len(retried)
+
+        hits = api.search("Are data pages protected by checksums?", data_dir=data, mode="graph", limit=50)
+        related = [h for h in hits if h.source_path == "graph/sql-altersystem.html"
+                   and any("states 'data checksums —configured with→ ALTER SYSTEM'" in step
+                           for step in h.extra["path"])]
+        assert related, [h.extra["path"] for h in hits]

@@ -55,7 +55,7 @@ def test_a_section_heading_is_an_edge_of_the_first_chunk_under_it_only():
                        "heading_path": [["30.2. Data Checksums"], ["30.2. Data Checksums"],
                                         ["30.2. Data Checksums", "30.2.1. Off-line Enabling of Checksums"],
                                         ["30.2. Data Checksums"]],
-                       "text": ["one", "two", "three", "four"]})
+                       "text": ["one", "two", "three", "four"], "text_sha256": ["1", "2", "3", "4"]})
     edges = extract_edges(chunks, {"d1": "m/checksums.html", "d2": "m/other.html"}).to_pylist()
     headings = sorted((e["chunk_id"], e["target"]) for e in edges if e["kind"] == "heading")
     assert headings == [("a", "data checksums"), ("c", "off line enabling of checksums"), ("d", "data checksums")]

@@ -49,8 +49,10 @@ from kbflow.engine.runner import DirectRunner, StageRunner
 from kbflow.errors import ConfigError, KbflowError
 from kbflow.failpoints import failpoint
 from kbflow.graph.extract import extractor_fingerprint
+from kbflow.graph.llm_extract import FactCache, LlmExtractor, extractor_name
 from kbflow.graph.store import GraphStore
 from kbflow.schemas import CHUNKS, DOCUMENTS, EDGES, SECTIONS
+from kbflow.search.llm import open_chat
 from kbflow.state import housekeeping
 from kbflow.state.lock import namespace_lock
 from kbflow.state.manifest import NamespaceState
@@ -102,6 +104,7 @@ class Run:
     lock: object = None  # the namespace's lock: checked before each store write (a lease on object storage can lapse)
     graph: GraphStore | None = None  # the namespace's graph edges: written when the graph stage is on, or to empty
     # them when it was turned off
+    extractor: object = None  # graph.llm_extract: the chat model extracting entities and relations
     auth_refused: BaseException | None = None
     embedding_counts_at_start: dict[str, int] = field(default_factory=dict)
 
@@ -146,7 +149,8 @@ def _ingest(config: KbConfig, job: IngestJob, runner: StageRunner, run_id: str) 
                                   config.chunking.heading_prefix)
     run = Run(config, namespace, run_id, data_dir / "runs" / namespace / run_id, state, embedder,
               Fingerprints(converter_fingerprint(config.convert), chunker, embedder.model_id,
-                           extractor_fingerprint(config.graph.enabled)), chunk_tokens,
+                           extractor_fingerprint(config.graph.enabled, config.graph.llm_extract
+                                                 and extractor_name(config.search.llm))), chunk_tokens,
               job.force, runner,
               summary={"namespace": namespace, "run_id": run_id, "dry_run": job.dry_run, "model_id": embedder.model_id,
                        "documents": {"new": 0, "changed": 0, "unchanged": 0, "removed": 0, "failed": 0},
@@ -179,6 +183,10 @@ def _ingest(config: KbConfig, job: IngestJob, runner: StageRunner, run_id: str) 
         if config.graph.enabled or graph.exists():
             run.graph = graph
             run.summary["graph"] = {"edges_extracted": 0, "edges_written": 0}
+        if config.graph.enabled and config.graph.llm_extract:  # no chat model configured: the run ends here, clearly
+            run.extractor = LlmExtractor(open_chat(config.search.llm), FactCache(
+                store_uri(config), extractor_name(config.search.llm)), config.graph.llm_max_tokens)
+            run.summary["graph"]["llm_calls"] = 0
         if plan.todo:
             _check_embedder(run)
         progress.report("documents", 0, len(plan.todo))
@@ -334,16 +342,35 @@ def _chunked_batch(run: Run, batch: list, index: int, file_docs: pa.Table, texts
     write_table(chunks, run.run_dir / "chunks" / part, CHUNKS)
     failpoint("chunk.done")
 
-    edges = None
+    edges, graph_blocked = None, set()
     if run.fingerprints.graph:
         started = time.perf_counter()
         source_paths = dict(zip(documents.column("doc_id").to_pylist(), documents.column("source_path").to_pylist()))
-        edges = run.runner.run("graph", chunks, source_paths, label=label,
-                               cache_key=stages.graph_cache_key(stages.chunk_cache_key(key, run.fingerprints.chunker)))
+        edges, failed, calls = run.runner.run("graph", chunks, source_paths, run.extractor, label=label)
         run.timed("graph", started)
         run.summary["graph"]["edges_extracted"] += edges.num_rows
+        if run.extractor is not None:
+            run.summary["graph"]["llm_calls"] += calls
+        graph_blocked = _graph_failures(run, chunks, failed)
         write_table(edges, run.run_dir / "graph" / part, EDGES)
-    return Waiting(documents, chunks, label, last, edges)
+    return Waiting(documents, chunks, label, last, edges, graph_blocked)
+
+
+def _graph_failures(run: Run, chunks: pa.Table, failed: list[dict]) -> set[str]:
+    """A failure row per chunk text the LLM could not extract; returns the documents holding such a chunk (they
+    keep their stored version, and the next run retries them)."""
+    by_text: dict[str, list[tuple[str, str]]] = {}
+    for chunk_id, doc_id, text_sha256 in zip(*(chunks.column(c).to_pylist() for c in
+                                             ("chunk_id", "doc_id", "text_sha256"))):
+        by_text.setdefault(text_sha256, []).append((chunk_id, doc_id))
+    blocked: set[str] = set()
+    for failure in failed:
+        holders = by_text.get(failure["text_sha256"], [])
+        blocked |= {doc_id for _, doc_id in holders}
+        run.failures.append({"stage": "graph", "chunk_ids": [chunk_id for chunk_id, _ in holders],
+                             "error_type": failure["error_type"], "attempts": failure["attempts"],
+                             "message": f"entity extraction: {failure['message']}"})
+    return blocked
 
 
 @dataclass
@@ -355,6 +382,7 @@ class Waiting:
     label: str
     last: int  # index of its last document in the plan's todo list (progress)
     edges: pa.Table | None = None  # the graph stage's edges out of its chunks (graph on)
+    graph_blocked: set[str] = field(default_factory=set)  # documents with a chunk whose LLM extraction failed
 
 
 def _misses(run: Run, chunks: pa.Table) -> int:
@@ -405,7 +433,7 @@ def _write_round(run: Run, embedding: EmbedRound, vectors: tuple[dict, set[str]]
     by_key, failed_keys = vectors
     for batch in embedding.batches:
         started = time.perf_counter()
-        _upsert(run, batch.documents, batch.chunks, by_key, failed_keys, batch.label, batch.edges)
+        _upsert(run, batch.documents, batch.chunks, by_key, failed_keys, batch.label, batch.edges, batch.graph_blocked)
         run.timed("upsert", started, batch.last + 1, total)
     embedding.batches.clear()
     del by_key, vectors
@@ -434,9 +462,16 @@ def _embed(run: Run, chunks: pa.Table) -> tuple[dict, set[str]]:
     return outcome.vectors, outcome.failed_keys
 
 
-def _upsert(run: Run, documents, chunks, vectors, failed_keys, label: str, edges: pa.Table | None = None) -> None:
+def _upsert(run: Run, documents, chunks, vectors, failed_keys, label: str, edges: pa.Table | None = None,
+            graph_blocked: set[str] = frozenset()) -> None:
     """Replace whole documents in one store operation (and their graph edges), then record them in the manifest."""
     ready, blocked = ready_documents(documents, chunks, failed_keys)
+    for doc in [doc for doc in ready if doc["doc_id"] in graph_blocked]:
+        ready.remove(doc)
+        run.failures.append({"stage": "graph", "doc_id": doc["doc_id"], "source_path": doc["source_path"],
+                             "error_type": "GraphIncomplete",
+                             "message": f"{doc['source_path']}: the entities of some chunks could not be extracted; "
+                                        "its stored version is kept and the next run retries it"})
     for doc in blocked:
         run.failures.append({"stage": "embed", "doc_id": doc["doc_id"], "source_path": doc["source_path"],
                              "error_type": "EmbeddingIncomplete",

@@ -24,7 +24,7 @@ from kbflow.convert.converters import convert_batch
 from kbflow.convert.scan import SourceFile
 from kbflow.embed.base import Embedder
 from kbflow import progress
-from kbflow.graph.extract import GRAPH_VERSION, extract_edges
+from kbflow.graph.extract import extract_edges
 from kbflow.engine import rows
 from kbflow.retry import RetryPolicy
 from kbflow.stores.errors import store_errors
@@ -75,10 +75,6 @@ def chunk_cache_key(batch: str, chunker: str) -> str:
     return "chunk-" + digest(CHUNK_VERSION, CHUNK_STAGE_VERSION, batch, chunker)
 
 
-def graph_cache_key(chunk_key: str) -> str:
-    return "graph-" + digest(GRAPH_VERSION, chunk_key)
-
-
 def convert(sources: list[SourceFile], options: ConvertConfig, cache_dir: str | None, done_before: int = 0,
             total: int = 0) -> pa.Table:
     """One row per source: its Markdown, or status 'failed' with the reason (a bad file never raises). Each file
@@ -119,9 +115,17 @@ def embed(keys: list[str], texts: list[str], embedder: Embedder, cache: VectorCa
     return keys, np.stack([done[key] for key in keys]) if keys else np.empty((0, 0), np.float32)
 
 
-def graph(chunks: pa.Table, source_paths: dict[str, str]) -> pa.Table:
-    """The graph stage: the edges out of a batch's chunks (``kbflow.graph.extract``)."""
-    return extract_edges(chunks, source_paths)
+def graph(chunks: pa.Table, source_paths: dict[str, str], extractor=None) -> tuple[pa.Table, list[dict], int]:
+    """The graph stage: the edges out of a batch's chunks (``kbflow.graph.extract``); with an LLM ``extractor``
+    (``kbflow.graph.llm_extract``) their entities and relations too. Returns (edges, one failure row per chunk text
+    whose extraction failed, chat calls made); each chat request is retried by its client, a failed text is not
+    cached and its documents are not written (the next run retries it)."""
+    if extractor is None:
+        return extract_edges(chunks, source_paths), [], 0
+    facts, failed, calls = extractor.facts(chunks)
+    failures = [{"text_sha256": key, "error_type": type(error).__name__, "message": str(error)[:1000],
+                 "attempts": getattr(error, "attempts", 1)} for key, error in failed.items()]
+    return extract_edges(chunks, source_paths, facts, extractor.cache.extractor), failures, calls
 
 
 def upsert(store, doc_ids: list[str], table: pa.Table, graph_store=None, edges: pa.Table | None = None) -> int:

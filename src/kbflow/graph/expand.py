@@ -1,12 +1,13 @@
 """Graph-aware search (``search --mode graph``): the chunks the query's best hits link to, and the chunks that
 define what the query names, as a third ranked list fused with the vector and BM25 lists by RRF.
 
-1. Seeds: the best ``graph.seeds`` hits of hybrid search, and the chunks whose defined term or section heading the
-   query names (an entity match on the graph's ``defines``/``heading`` edges, whole words only).
+1. Seeds: the best ``graph.seeds`` hits of hybrid search, and the chunks whose defined term, section heading or
+   extracted entity the query names (``defines``/``heading``/``entity`` edges, whole words only).
 2. Expansion, ``graph.hops`` times: the seeds' links, grouped by the document they point to (at most
    ``graph.max_targets`` documents per hop, those linked from the best seeds first); from each linked document the
    chunk its link's anchor or text names (a defined term or heading there) and the ``graph.per_target`` chunks
-   closest to the query. The chunks reached are the next hop's seeds.
+   closest to the query; and, where the LLM extracted them (``graph.llm_extract``), the relations the seeds state:
+   the chunks naming each relation's target entity. The chunks reached are the next hop's seeds.
 3. The graph list: every chunk reached, ranked by its cosine similarity to the query.
 
 Every hit reached through the graph carries ``extra["path"]``, the steps that reached it ("hit #2 for the query:
@@ -106,7 +107,7 @@ class GraphExpander:
         seeds = []
         for chunk_id, edge in chosen.items():
             if chunk_id in hits:
-                what = "defines" if edge["kind"] == "defines" else "is the section"
+                what = {"defines": "defines", "heading": "is the section"}.get(edge["kind"], "names the entity")
                 seeds.append(replace(hits[chunk_id], extra={"path": [
                     f"{what} '{edge['label']}', named in the query: {_place(hits[chunk_id])}"]}))
         return seeds
@@ -141,8 +142,6 @@ class GraphExpander:
             doc_id = doc_id_for(self.namespace, edge["target"])
             if doc_id in targets or len(targets) < self.settings.max_targets:
                 targets.setdefault(doc_id, []).append(edge)
-        if not targets:
-            return []
         doc_ids = list(targets)
         # the chunk each link's anchor or text names, in the document it points to
         named: dict[str, tuple[dict, dict]] = {}  # chunk id -> (link, term edge)
@@ -153,9 +152,29 @@ class GraphExpander:
             link = keys_by_doc.get(term["doc_id"], {}).get(term["target"])
             if link is not None and term["chunk_id"] not in named:
                 named[term["chunk_id"]] = (link, term)
-        found: dict[str, tuple[Hit, dict, str]] = {}
+        found: dict[str, tuple[Hit, str, str]] = {}  # chunk id -> (hit, the chunk it was reached from, the step)
+
+        def link_step(link: dict, how: str) -> str:
+            anchor = f"#{link['anchor']}" if link["anchor"] else ""
+            return f"links to {link['target']}{anchor} '{link['label']}', {how}"
+
         for chunk_id, hit in self._fetch(vector, where, list(named)).items():
-            found[chunk_id] = (hit, named[chunk_id][0], "which names")
+            link = named[chunk_id][0]
+            found[chunk_id] = (hit, link["chunk_id"], link_step(link, "which names"))
+        # the relations the LLM found in the seeds: the chunks naming each relation's target entity
+        relations = self.graph.edges_from(list(by_chunk), kind="relation").to_pylist()
+        relations.sort(key=lambda e: (rank[e["chunk_id"]], e["edge_id"]))
+        by_entity = {}
+        for relation in relations:
+            by_entity.setdefault(relation["target"], relation)
+        naming = self.graph.terms(list(by_entity)[:IN_LIST_MAX], kinds=("entity",)).to_pylist()
+        naming_ids = list(dict.fromkeys(e["chunk_id"] for e in naming if e["chunk_id"] not in by_chunk))
+        naming_ids = naming_ids[:self.settings.max_targets * self.settings.per_target]
+        entity_of = {e["chunk_id"]: e["target"] for e in naming}
+        for chunk_id, hit in self._fetch(vector, where, naming_ids).items():
+            relation = by_entity[entity_of[chunk_id]]
+            found.setdefault(chunk_id, (hit, relation["chunk_id"], f"states '{relation['label']}', whose target "
+                                                                   "is named in"))
         # and the chunks of each linked document closest to the query
         per_doc: dict[str, int] = {}
         for start in range(0, len(doc_ids), IN_LIST_MAX):
@@ -164,13 +183,12 @@ class GraphExpander:
             for hit in self.store.search_vector(vector, depth, _where(where, doc_ids=part), exact=True):
                 if per_doc.get(hit.doc_id, 0) < self.settings.per_target:
                     per_doc[hit.doc_id] = per_doc.get(hit.doc_id, 0) + 1
-                    found.setdefault(hit.chunk_id, (hit, targets[hit.doc_id][0], "close to the query there"))
+                    link = targets[hit.doc_id][0]
+                    found.setdefault(hit.chunk_id, (hit, link["chunk_id"], link_step(link, "close to the query there")))
         reached = []
-        for chunk_id, (hit, link, how) in found.items():
+        for chunk_id, (hit, source_id, step) in found.items():
             if chunk_id in seen:
                 continue
-            source = by_chunk[link["chunk_id"]]
-            anchor = f"#{link['anchor']}" if link["anchor"] else ""
-            step = f"links to {link['target']}{anchor} '{link['label']}', {how}: {_place(hit)}"
-            reached.append(replace(hit, extra={"path": source.extra["path"] + [step]}))
+            path = by_chunk[source_id].extra["path"] + [f"{step}: {_place(hit)}"]
+            reached.append(replace(hit, extra={"path": path}))
         return reached

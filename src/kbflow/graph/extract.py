@@ -44,10 +44,12 @@ def unescape_markdown(text: str) -> str:
     return ESCAPE_RE.sub(r"\1", text)
 
 
-def extractor_fingerprint(enabled: bool) -> str:
+def extractor_fingerprint(enabled: bool, llm_extractor: str | None = None) -> str:
     """What the manifest records for the graph: '' when the stage is off (documents are re-processed once when it
-    is turned on or off, from their cached conversions and vectors)."""
-    return STRUCTURE if enabled else ""
+    is turned on or off, or the LLM extractor changes, from their cached conversions and vectors)."""
+    if not enabled:
+        return ""
+    return f"{STRUCTURE}+{llm_extractor}" if llm_extractor else STRUCTURE
 
 
 def term_key(text: str) -> str:
@@ -80,10 +82,11 @@ def resolve_link(href: str, source_path: str) -> tuple[str, str] | None:
     return target, unquote(anchor)
 
 
-def _edge(chunk_id: str, doc_id: str, source_path: str, kind: str, target: str, anchor: str, label: str) -> dict:
+def _edge(chunk_id: str, doc_id: str, source_path: str, kind: str, target: str, anchor: str, label: str,
+          extractor: str = STRUCTURE) -> dict:
     edge_id = hashlib.sha256(f"{chunk_id}\0{kind}\0{target}\0{anchor}".encode()).hexdigest()[:32]
     return {"edge_id": edge_id, "doc_id": doc_id, "chunk_id": chunk_id, "source_path": source_path, "kind": kind,
-            "target": target, "anchor": anchor, "label": label, "extractor": STRUCTURE}
+            "target": target, "anchor": anchor, "label": label, "extractor": extractor}
 
 
 def chunk_edges(chunk_id: str, doc_id: str, source_path: str, text: str, heading: str | None) -> list[dict]:
@@ -111,14 +114,23 @@ def chunk_edges(chunk_id: str, doc_id: str, source_path: str, text: str, heading
     return list(edges.values())
 
 
-def extract_edges(chunks: pa.Table, source_paths: dict[str, str]) -> pa.Table:
-    """The graph stage over one batch: every edge out of its chunks (``source_paths``: doc id -> source path)."""
+def extract_edges(chunks: pa.Table, source_paths: dict[str, str], facts: dict[str, dict] | None = None,
+                  llm_extractor: str = "") -> pa.Table:
+    """The graph stage over one batch: every edge out of its chunks (``source_paths``: doc id -> source path); with
+    ``facts`` (text sha256 -> the LLM's entities and relations, ``kbflow.graph.llm_extract``) their edges too."""
+    from kbflow.graph.llm_extract import fact_edges
+
     rows: list[dict] = []
     seen_headings: set[tuple[str, tuple[str, ...]]] = set()
-    columns = [chunks.column(name).to_pylist() for name in ("chunk_id", "doc_id", "heading_path", "text")]
-    for chunk_id, doc_id, heading_path, text in zip(*columns):
+    columns = [chunks.column(name).to_pylist() for name in ("chunk_id", "doc_id", "heading_path", "text",
+                                                            "text_sha256")]
+    for chunk_id, doc_id, heading_path, text, text_sha256 in zip(*columns):
         path = tuple(heading_path or ())
         starts = bool(path) and (doc_id, path) not in seen_headings
         seen_headings.add((doc_id, path))
         rows += chunk_edges(chunk_id, doc_id, source_paths[doc_id], text, path[-1] if starts else None)
-    return pa.Table.from_pylist(rows, schema=EDGES)
+        if facts and text_sha256 in facts:
+            rows += fact_edges(chunk_id, doc_id, source_paths[doc_id], facts[text_sha256],
+                               lambda *a: _edge(*a, extractor=llm_extractor))
+    unique = {row["edge_id"]: row for row in rows}  # an entity named twice in a chunk is one edge
+    return pa.Table.from_pylist(list(unique.values()), schema=EDGES)

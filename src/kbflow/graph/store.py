@@ -74,11 +74,13 @@ class GraphStore:
                  for i in range(0, len(chunk_ids), IN_LIST_MAX)]
         return pa.concat_tables(parts)
 
-    def terms(self, keys: list[str], doc_ids: list[str] | None = None) -> pa.Table:
-        """The ``defines`` and ``heading`` edges whose term is one of ``keys`` (in these documents only, if given)."""
+    def terms(self, keys: list[str], doc_ids: list[str] | None = None,
+              kinds: tuple[str, ...] = ("defines", "heading", "entity")) -> pa.Table:
+        """The edges of ``kinds`` (a term a chunk defines, a section's title, an entity the LLM found it naming)
+        whose key is one of ``keys`` (in these documents only, if given)."""
         if not keys or not self.exists():
             return EDGES.empty_table()
-        where = f"kind IN ('defines', 'heading') AND target IN ({sql_list(keys[:IN_LIST_MAX])})"
+        where = f"kind IN ({sql_list(list(kinds))}) AND target IN ({sql_list(keys[:IN_LIST_MAX])})"
         if doc_ids is not None:
             if not doc_ids:
                 return EDGES.empty_table()

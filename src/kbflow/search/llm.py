@@ -56,3 +56,12 @@ class ChatClient:
         if on_token is not None:
             on_token(content.strip())
         return content.strip()
+
+
+def open_chat(config: LlmConfig):
+    """The configured chat model: a GGUF model in this process (kind local) or an OpenAI-compatible endpoint."""
+    if config.kind == "local":
+        from kbflow.search.local_llm import LocalChat
+
+        return LocalChat(config)
+    return ChatClient(config)

@@ -81,14 +81,9 @@ class Searcher:
     @property
     def chat(self):
         if self._chat is None:
-            if self.config.search.llm.kind == "local":
-                from kbflow.search.local_llm import LocalChat
+            from kbflow.search.llm import open_chat
 
-                self._chat = LocalChat(self.config.search.llm)
-            else:
-                from kbflow.search.llm import ChatClient
-
-                self._chat = ChatClient(self.config.search.llm)
+            self._chat = open_chat(self.config.search.llm)
         return self._chat
 
     @property
