@@ -52,7 +52,7 @@ def main() -> None:
         plain = searcher.search(question, limit=limit)
         started = time.perf_counter()
         agent = Agent(searcher, None, None)
-        strategy, evidence = agent.retrieve(question)
+        strategy, evidence = agent.retrieve(question, limit)
         seconds = time.perf_counter() - started
         row = {"id": query_id, "question": question, "gold": sorted(gold),
                "plain_found": bool(gold & set(_documents(plain, by_path))), "plain_evidence": len(plain),

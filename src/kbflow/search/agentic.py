@@ -4,7 +4,8 @@
    search), ``compare`` (one search per side, run in parallel as one round), ``multi_hop`` (a first fact leads to
    the next search). An unclear question is searched as the planner's best reading of it, and the trace says so.
 2. **Rounds**: each round searches (the namespace's search mode) and adds its best ``evidence_per_round`` hits to
-   the evidence; then one chat call looks at the evidence and decides: ``done``, ``next`` (the next search of a
+   the evidence (the first round also searches the question as asked, for the hits plain ``ask`` would use, so the
+   evidence holds plain ask's and the rounds can only add to it); then one chat call looks at the evidence and decides: ``done``, ``next`` (the next search of a
    multi-hop question) or ``rewrite`` (nothing useful was found: the same need, other words). At most
    ``max_rounds`` rounds, and the planning calls together stay under ``max_planner_prompt_tokens``.
 3. **Answer**: the evidence, in the order it was found, answered and cited exactly as plain ``ask`` does.
@@ -106,15 +107,21 @@ class Agent:
         self.trace.append(entry)
         return parsed, None
 
-    def _search(self, queries: list[str], evidence: dict[str, Hit], round_no: int, why: str) -> None:
-        """One round: its searches (in parallel when there are several), their best hits added to the evidence."""
-        limit = self.settings.evidence_per_round
+    def _search(self, queries: list[str], evidence: dict[str, Hit], round_no: int, why: str,
+                first_limit: int | None = None) -> None:
+        """One round: its searches (in parallel when there are several), their best hits added to the evidence
+        (``first_limit``: how many the first query adds, when not ``evidence_per_round``)."""
+        limits = [first_limit or self.settings.evidence_per_round] + [self.settings.evidence_per_round] * len(queries)
+
+        def one(index: int) -> list[Hit]:
+            return self.searcher.search(queries[index], mode=self.mode, limit=limits[index], where=self.where)
+
         if len(queries) > 1:
             with ThreadPoolExecutor(max_workers=min(4, len(queries)), thread_name_prefix="kbflow-agentic") as pool:
-                results = list(pool.map(lambda q: self.searcher.search(q, mode=self.mode, limit=limit,
-                                                                       where=self.where), queries))
+                results = list(pool.map(one, range(len(queries))))
         else:
-            results = [self.searcher.search(queries[0], mode=self.mode, limit=limit, where=self.where)]
+            results = [one(0)]
+        limit = max(limits)
         for rank in range(limit):  # interleaved: every side of a comparison is in the evidence's first places
             for hits in results:
                 if rank < len(hits):
@@ -123,8 +130,9 @@ class Agent:
         self.trace.append({"step": "search", "round": round_no, "why": why, "parallel": len(queries) > 1,
                            "searches": searches})
 
-    def retrieve(self, question: str) -> tuple[str, list[Hit]]:
-        """(strategy, evidence in the order found)."""
+    def retrieve(self, question: str, plain_hits: int) -> tuple[str, list[Hit]]:
+        """(strategy, evidence in the order found). The first round also searches the question as it is, for the
+        ``plain_hits`` hits plain ``ask`` would use: the evidence holds plain ask's, and the rounds can only add."""
         plan, stopped = self._plan_call("plan", PLAN, f"Question: {question}")
         if stopped:
             self.trace.append({"step": "plan", "why": stopped})
@@ -142,7 +150,11 @@ class Agent:
         evidence: dict[str, Hit] = {}
         why = f"strategy {strategy}"
         for round_no in range(1, self.settings.max_rounds + 1):
-            self._search(queries, evidence, round_no, why)
+            if round_no == 1:  # the question as asked first: what plain ask would have
+                self._search([question] + [q for q in queries if q != question], evidence, 1,
+                             why + ", with the question as asked", first_limit=plain_hits)
+            else:
+                self._search(queries, evidence, round_no, why)
             if round_no == self.settings.max_rounds:
                 self.trace.append({"step": "stop", "why": f"search.agentic.max_rounds ({self.settings.max_rounds}) "
                                                           "reached"})

@@ -61,7 +61,7 @@ def ask(searcher: Searcher, question: str, mode: str | None = None, where: Searc
         from kbflow.search.agentic import Agent  # it cites as this module does: imported here, not at the top
 
         agent = Agent(searcher, mode, where)
-        strategy, retrieved = agent.retrieve(question)
+        strategy, retrieved = agent.retrieve(question, limit)
         extra = {"strategy": strategy, "trace": agent.trace,
                  "planner": {"calls": agent.calls, "prompt_tokens": agent.prompt_tokens}}
     else:
