@@ -185,6 +185,12 @@ def test_entities_and_relations_from_the_chat_model_are_extracted_once_per_text_
         snapshot = read_table(data / "runs" / "default" / first["run_id"] / "failures.parquet", FAILURES)
         assert "not the JSON object asked for" in " ".join(snapshot.column("message").to_pylist())
         assert first["documents"]["failed"] == 1
+        searchable = api.search("config_file", data_dir=data, mode="bm25", limit=3)  # stored, searchable
+        assert searchable and searchable[0].source_path == "graph/runtime-config-file-locations.html"
+        manifest = NamespaceState(data, "default").read_manifest().to_pylist()
+        assert {row["source_path"]: row["graph"].endswith("!incomplete") for row in manifest} == {
+            "graph/checksums.html": False, "graph/runtime-config-file-locations.html": True,
+            "graph/runtime-config-preset.html": False, "graph/sql-altersystem.html": False}
         kinds = {e["kind"] for e in _edges(data)}
         assert {"entity", "relation", "link"} <= kinds
         assert all(e["extractor"].startswith("llm:openai:") for e in _edges(data) if e["kind"] in ("entity",
@@ -194,7 +200,7 @@ def test_entities_and_relations_from_the_chat_model_are_extracted_once_per_text_
         sent_before = len(calls)
         second = api.ingest([str(manual)], data_dir=data)
         retried = calls[sent_before:]
-        assert second["documents"]["changed"] + second["documents"]["new"] == 1  # only the failed document
+        assert second["documents"]["changed"] == 1 and second["chunks"]["embedded"] == 0  # only the failed one
         assert retried and all("config_file" in passage for passage in retried)  # only the texts that failed
         assert second["failures"] == [] and texts > len(retried)
         third = api.ingest([str(manual)], data_dir=data)

@@ -467,11 +467,11 @@ def _upsert(run: Run, documents, chunks, vectors, failed_keys, label: str, edges
     """Replace whole documents in one store operation (and their graph edges), then record them in the manifest."""
     ready, blocked = ready_documents(documents, chunks, failed_keys)
     for doc in [doc for doc in ready if doc["doc_id"] in graph_blocked]:
-        ready.remove(doc)
         run.failures.append({"stage": "graph", "doc_id": doc["doc_id"], "source_path": doc["source_path"],
                              "error_type": "GraphIncomplete",
                              "message": f"{doc['source_path']}: the entities of some chunks could not be extracted; "
-                                        "its stored version is kept and the next run retries it"})
+                                        "it is stored and searchable with the edges that were, and the next run "
+                                        "extracts the rest"})
     for doc in blocked:
         run.failures.append({"stage": "embed", "doc_id": doc["doc_id"], "source_path": doc["source_path"],
                              "error_type": "EmbeddingIncomplete",
@@ -500,7 +500,7 @@ def _upsert(run: Run, documents, chunks, vectors, failed_keys, label: str, edges
                                  "message": f"{doc['source_path']}: {str(exc)[:500]}"})
         return
     failpoint("upsert.after_store")
-    run.state.update_manifest(manifest_rows(ready, doc_chunks, run.fingerprints, run.run_id), [])
+    run.state.update_manifest(manifest_rows(ready, doc_chunks, run.fingerprints, run.run_id, graph_blocked), [])
     failpoint("upsert.done")
 
 

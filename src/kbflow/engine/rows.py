@@ -145,7 +145,11 @@ def store_rows(chunks: pa.Table, source_paths: dict[str, str], vectors: dict[str
     return pa.table([columns[name] for name in schema.names], schema=schema)
 
 
-def manifest_rows(documents: list[dict], chunks: pa.Table, fingerprints: Fingerprints, run_id: str) -> pa.Table:
+def manifest_rows(documents: list[dict], chunks: pa.Table, fingerprints: Fingerprints, run_id: str,
+                  graph_incomplete: set[str] = frozenset()) -> pa.Table:
+    """The manifest rows of written documents. A document whose graph is incomplete (an LLM extraction failed)
+    records a graph fingerprint that matches no extractor, so the next run re-processes it (from its cached
+    conversion, vectors and extracted facts) and extracts what is missing."""
     ids_by_doc: dict[str, list[str]] = {}
     for doc_id, chunk_id in zip(chunks.column("doc_id").to_pylist(), chunks.column("chunk_id").to_pylist()):
         ids_by_doc.setdefault(doc_id, []).append(chunk_id)
@@ -153,7 +157,7 @@ def manifest_rows(documents: list[dict], chunks: pa.Table, fingerprints: Fingerp
         "doc_id": doc["doc_id"], "source_path": doc["source_path"], "origin": doc.get("origin", "file"),
         "source_sha256": doc["source_sha256"], "converter": fingerprints.converter, "chunker": fingerprints.chunker,
         "model_id": fingerprints.model_id, "chunk_ids": ids_by_doc.get(doc["doc_id"], []), "run_id": run_id,
-        "graph": fingerprints.graph,
+        "graph": fingerprints.graph + ("!incomplete" if doc["doc_id"] in graph_incomplete else ""),
     } for doc in documents]
     return pa.Table.from_pylist(rows, schema=MANIFEST)
 
