@@ -250,6 +250,8 @@ class GraphConfig(_Section):
     llm_extract: bool = Field(False, description="Also extract entities and relations with the chat model of "
                               "search.llm (remote, or a local GGUF): one call per chunk text not extracted before "
                               "(kbflow.graph.llm_extract). Slow on CPU: see docs/retrieval.md#graph-search.")
+    llm_workers: int = Field(4, ge=1, le=32, description="Extraction requests in flight at once to a remote chat "
+                             "model (a local model answers one at a time).")
     llm_max_tokens: int = Field(1000, ge=64, le=4000, description="Most tokens of one extraction reply (12 "
                                 "entities and 12 relations take ~600).")
 

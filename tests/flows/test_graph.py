@@ -146,14 +146,25 @@ def test_entities_and_relations_from_the_chat_model_are_extracted_once_per_text_
     from kbflow.schemas import FAILURES
     from kbflow.state.snapshots import read_table
 
+    import threading
+    import time
+
     data = tmp_path / "data"
     calls: list[str] = []
     broken = {"on": True}
+    in_flight = {"now": 0, "most": 0}
+    lock = threading.Lock()
 
     def respond(messages):
         assert messages[0]["content"].startswith("You extract a knowledge graph")
         passage = messages[-1]["content"]
-        calls.append(passage)
+        with lock:
+            calls.append(passage)
+            in_flight["now"] += 1
+            in_flight["most"] = max(in_flight["most"], in_flight["now"])
+        time.sleep(0.05)  # long enough for the next requests to arrive while this one is answered
+        with lock:
+            in_flight["now"] -= 1
         if "config_file" in passage and broken["on"]:
             return "Sure! The passage talks about configuration files."
         facts = {"entities": [], "relations": []}
@@ -178,6 +189,7 @@ def test_entities_and_relations_from_the_chat_model_are_extracted_once_per_text_
         first = api.ingest([str(manual)], data_dir=data)
         texts = first["chunks"]["total"]
         assert first["graph"]["llm_calls"] == len(calls) > 0
+        assert in_flight["most"] > 1  # graph.llm_workers requests at once to a remote model
         failed = [f for f in first["failures"] if f["stage"] == "graph"]
         assert {f["error_type"] for f in failed} == {"PermanentError", "GraphIncomplete"}
         assert [f["source_path"] for f in failed if f["error_type"] == "GraphIncomplete"] == \

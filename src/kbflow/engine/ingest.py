@@ -185,7 +185,8 @@ def _ingest(config: KbConfig, job: IngestJob, runner: StageRunner, run_id: str) 
             run.summary["graph"] = {"edges_extracted": 0, "edges_written": 0}
         if config.graph.enabled and config.graph.llm_extract:  # no chat model configured: the run ends here, clearly
             run.extractor = LlmExtractor(open_chat(config.search.llm), FactCache(
-                store_uri(config), extractor_name(config.search.llm)), config.graph.llm_max_tokens)
+                store_uri(config), extractor_name(config.search.llm)), config.graph.llm_max_tokens,
+                1 if config.search.llm.kind == "local" else config.graph.llm_workers)
             run.summary["graph"]["llm_calls"] = 0
         if plan.todo:
             _check_embedder(run)

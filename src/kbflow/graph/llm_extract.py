@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 
@@ -99,30 +100,39 @@ class FactCache:
 
 
 class LlmExtractor:
-    """One chat call per new chunk text; the facts of every chunk of a batch, from the cache where it has them."""
+    """One chat call per new chunk text (``workers`` in flight at once); the facts of every chunk of a batch, from
+    the cache where it has them."""
 
-    def __init__(self, chat, cache: FactCache, max_tokens: int):
+    def __init__(self, chat, cache: FactCache, max_tokens: int, workers: int = 1):
         self.chat = chat
         self.cache = cache
         self.max_tokens = max_tokens
+        self.workers = workers
 
     def facts(self, chunks: pa.Table) -> tuple[dict[str, dict], dict[str, KbflowError], int]:
         """(facts by text sha256, the error of each text that failed, chat calls made)."""
         texts = dict(zip(chunks.column("text_sha256").to_pylist(), chunks.column("text").to_pylist()))
         known = self.cache.lookup(list(texts))
-        fresh: dict[str, dict] = {}
-        failed: dict[str, KbflowError] = {}
-        for key, text in texts.items():
-            if key in known:
-                continue
+        todo = [(key, text) for key, text in texts.items() if key not in known]
+
+        def one(item: tuple[str, str]) -> tuple[str, dict | None, KbflowError | None]:
+            key, text = item
             try:
                 reply = self.chat.complete([{"role": "system", "content": SYSTEM},
                                             {"role": "user", "content": f"Passage:\n{text}"}],
                                            temperature=0.0, max_tokens=self.max_tokens,
                                            limit_name="graph.llm_max_tokens")
-                fresh[key] = facts_of(reply)
+                return key, facts_of(reply), None
             except KbflowError as exc:
-                failed[key] = exc
+                return key, None, exc
+
+        if self.workers > 1 and len(todo) > 1:
+            with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="kbflow-extract") as pool:
+                results = list(pool.map(one, todo))
+        else:
+            results = [one(item) for item in todo]
+        fresh = {key: facts for key, facts, _ in results if facts is not None}
+        failed = {key: error for key, _, error in results if error is not None}
         self.cache.add(fresh)
         return {**known, **fresh}, failed, len(fresh) + len(failed)
 
