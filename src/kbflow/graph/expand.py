@@ -49,7 +49,7 @@ def query_term_keys(query: str) -> list[str]:
             keys.append(" ".join(gram))
     for run in CJK_RUN_RE.findall(query):
         keys += [run[i:j] for i in range(len(run)) for j in range(i + 2, min(len(run), i + 12) + 1)]
-    return list(dict.fromkeys(keys))[:IN_LIST_MAX]
+    return list(dict.fromkeys(keys))
 
 
 def anchor_keys(anchor: str, label: str) -> list[str]:
@@ -147,7 +147,7 @@ class GraphExpander:
         named: dict[str, tuple[dict, dict]] = {}  # chunk id -> (link, term edge)
         keys_by_doc = {doc_id: {key: link for link in links_in for key in anchor_keys(link["anchor"], link["label"])}
                        for doc_id, links_in in targets.items()}
-        all_keys = sorted({key for keys in keys_by_doc.values() for key in keys})[:IN_LIST_MAX]
+        all_keys = sorted({key for keys in keys_by_doc.values() for key in keys})
         for term in self.graph.terms(all_keys, doc_ids).to_pylist():
             link = keys_by_doc.get(term["doc_id"], {}).get(term["target"])
             if link is not None and term["chunk_id"] not in named:
@@ -167,7 +167,7 @@ class GraphExpander:
         by_entity = {}
         for relation in relations:
             by_entity.setdefault(relation["target"], relation)
-        naming = self.graph.terms(list(by_entity)[:IN_LIST_MAX], kinds=("entity",)).to_pylist()
+        naming = self.graph.terms(list(by_entity), kinds=("entity",)).to_pylist()
         naming_ids = list(dict.fromkeys(e["chunk_id"] for e in naming if e["chunk_id"] not in by_chunk))
         naming_ids = naming_ids[:self.settings.max_targets * self.settings.per_target]
         entity_of = {e["chunk_id"]: e["target"] for e in naming}

@@ -26,7 +26,7 @@ from kbflow import storage
 from kbflow.errors import KbflowError, PermanentError
 from kbflow.graph.extract import term_key
 from kbflow.search.agentic import parse_reply
-from kbflow.stores.lancedb_store import IN_LIST_MAX, open_table_or_none, sql_list
+from kbflow.stores.lancedb_store import open_table_or_none, select_in
 
 PROMPT_VERSION = "1"
 MAX_ITEMS = 12  # entities and relations kept per chunk
@@ -81,11 +81,9 @@ class FactCache:
         unique = sorted(set(keys))
         if not unique or not self._exists():
             return found
-        for start in range(0, len(unique), IN_LIST_MAX):
-            rows = (self._table.search().where(f"text_sha256 IN ({sql_list(unique[start:start + IN_LIST_MAX])})")
-                    .select(["text_sha256", "facts"]).limit(None).to_arrow())
-            for key, facts in zip(rows.column("text_sha256").to_pylist(), rows.column("facts").to_pylist()):
-                found.setdefault(key, json.loads(facts))
+        rows = select_in(self._table, "text_sha256", unique, ["text_sha256", "facts"])
+        for key, facts in zip(rows.column("text_sha256").to_pylist(), rows.column("facts").to_pylist()):
+            found.setdefault(key, json.loads(facts))
         return found
 
     def add(self, facts: dict[str, dict]) -> None:

@@ -14,7 +14,8 @@ import pyarrow as pa
 
 from kbflow import storage
 from kbflow.schemas import EDGES
-from kbflow.stores.lancedb_store import IN_LIST_MAX, open_table_or_none, sql_list
+from kbflow.stores.lancedb_store import (IN_LIST_MAX, delete_in, open_table_or_none, select_in, sql_list,
+                                         sql_str)
 
 _create_lock = threading.Lock()
 CHANGED_EDGE = "target.label != source.label OR target.extractor != source.extractor OR target.doc_id != source.doc_id"
@@ -60,32 +61,26 @@ class GraphStore:
     def delete_documents(self, doc_ids: list[str]) -> None:
         if not doc_ids or not self.exists():
             return
-        for start in range(0, len(doc_ids), IN_LIST_MAX):
-            self.table.delete(f"doc_id IN ({sql_list(doc_ids[start:start + IN_LIST_MAX])})")
-
-    def _select(self, where: str) -> pa.Table:
-        return self.table.search().where(where).select(EDGES.names).limit(None).to_arrow()
+        delete_in(self.table, "doc_id", doc_ids)
 
     def edges_from(self, chunk_ids: list[str], kind: str = "link") -> pa.Table:
         """The edges of ``kind`` leaving these chunks."""
         if not chunk_ids or not self.exists():
             return EDGES.empty_table()
-        parts = [self._select(f"kind = '{kind}' AND chunk_id IN ({sql_list(chunk_ids[i:i + IN_LIST_MAX])})")
-                 for i in range(0, len(chunk_ids), IN_LIST_MAX)]
-        return pa.concat_tables(parts)
+        return select_in(self.table, "chunk_id", chunk_ids, EDGES.names, f"kind = {sql_str(kind)}")
 
     def terms(self, keys: list[str], doc_ids: list[str] | None = None,
               kinds: tuple[str, ...] = ("defines", "heading", "entity")) -> pa.Table:
         """The edges of ``kinds`` (a term a chunk defines, a section's title, an entity the LLM found it naming)
         whose key is one of ``keys`` (in these documents only, if given)."""
-        if not keys or not self.exists():
+        if not keys or not self.exists() or (doc_ids is not None and not doc_ids):
             return EDGES.empty_table()
-        where = f"kind IN ({sql_list(list(kinds))}) AND target IN ({sql_list(keys[:IN_LIST_MAX])})"
+        where = f"kind IN ({sql_list(list(kinds))})"
         if doc_ids is not None:
-            if not doc_ids:
-                return EDGES.empty_table()
-            where += f" AND doc_id IN ({sql_list(doc_ids[:IN_LIST_MAX])})"
-        return self._select(where)
+            if len(doc_ids) > IN_LIST_MAX:
+                raise ValueError(f"terms takes at most {IN_LIST_MAX} document ids, got {len(doc_ids)}")
+            where += f" AND doc_id IN ({sql_list(doc_ids)})"
+        return select_in(self.table, "target", keys, EDGES.names, where)
 
     def rows(self) -> pa.Table:
         """Every edge, sorted by edge id (tests and inspection)."""

@@ -81,6 +81,25 @@ def sql_list(values: list[str]) -> str:
     return ", ".join(sql_str(value) for value in values)
 
 
+def select_in(table, column: str, values: list[str], columns: list[str], where: str | None = None) -> pa.Table:
+    """The rows of a LanceDB table whose ``column`` is one of ``values`` (and that match ``where``), read with as
+    many ``IN (...)`` filters of at most ``IN_LIST_MAX`` values as ``values`` needs."""
+    parts = []
+    for start in range(0, len(values), IN_LIST_MAX):
+        condition = f"{column} IN ({sql_list(values[start:start + IN_LIST_MAX])})"
+        query = table.search().where(f"{condition} AND {where}" if where else condition)
+        parts.append(query.select(columns).limit(None).to_arrow())
+    if not parts:
+        return pa.schema([table.schema.field(name) for name in columns]).empty_table()
+    return pa.concat_tables(parts)
+
+
+def delete_in(table, column: str, values: list[str]) -> None:
+    """Delete the rows whose ``column`` is one of ``values``, ``IN_LIST_MAX`` values per delete."""
+    for start in range(0, len(values), IN_LIST_MAX):
+        table.delete(f"{column} IN ({sql_list(values[start:start + IN_LIST_MAX])})")
+
+
 def glob_to_like(pattern: str) -> str:
     """fnmatch's ``*`` and ``?`` as SQL LIKE's ``%`` and ``_``, with LIKE's own wildcards escaped ('[...]' classes
     are not supported and are refused by the caller)."""
@@ -172,8 +191,7 @@ class LanceStore:
         if not doc_ids or not self.exists():
             return 0
         before = self.table.count_rows()
-        for start in range(0, len(doc_ids), IN_LIST_MAX):
-            self.table.delete(f"doc_id IN ({sql_list(doc_ids[start:start + IN_LIST_MAX])})")
+        delete_in(self.table, "doc_id", doc_ids)
         return before - self.table.count_rows()
 
     # --- indexes -------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from kbflow.schemas import vectors_schema
 from kbflow import storage
-from kbflow.stores.lancedb_store import IN_LIST_MAX, open_table_or_none, sql_list
+from kbflow.stores.lancedb_store import delete_in, open_table_or_none, select_in
 
 _create_lock = threading.Lock()
 
@@ -60,19 +60,11 @@ class VectorCache:
         unique = sorted(set(keys))
         if not unique or not self._exists():
             return found
-        for start in range(0, len(unique), IN_LIST_MAX):
-            part = unique[start : start + IN_LIST_MAX]
-            rows = (
-                self.table.search()
-                .where(f"embed_sha256 IN ({sql_list(part)})")
-                .select(["embed_sha256", "vector"])
-                .limit(None)
-                .to_arrow()
-            )
-            if rows.num_rows:
-                vectors = rows.column("vector").combine_chunks().values.to_numpy().reshape(-1, self.dimension)
-                for key, vector in zip(rows.column("embed_sha256").to_pylist(), vectors):
-                    found.setdefault(key, vector)
+        rows = select_in(self.table, "embed_sha256", unique, ["embed_sha256", "vector"])
+        if rows.num_rows:
+            vectors = rows.column("vector").combine_chunks().values.to_numpy().reshape(-1, self.dimension)
+            for key, vector in zip(rows.column("embed_sha256").to_pylist(), vectors):
+                found.setdefault(key, vector)
         return found
 
     def add(self, keys: list[str], vectors: np.ndarray) -> None:
@@ -93,8 +85,7 @@ class VectorCache:
         """Forget these texts' vectors (``kbflow verify --repair`` on a vector that disagrees with the store)."""
         if not keys or not self._exists():
             return
-        for start in range(0, len(keys), IN_LIST_MAX):
-            self.table.delete(f"embed_sha256 IN ({sql_list(keys[start:start + IN_LIST_MAX])})")
+        delete_in(self.table, "embed_sha256", keys)
 
     def count(self) -> int:
         return self.table.count_rows() if self._exists() else 0
