@@ -17,15 +17,12 @@ call's decision, every search's query and hits) is returned with the answer (``-
 
 from __future__ import annotations
 
-import json
-import logging
-import re
 from concurrent.futures import ThreadPoolExecutor
 
 from kbflow.search.ask import source_label
+from kbflow.search.llm import parse_reply
 from kbflow.stores import Hit, SearchFilter
 
-log = logging.getLogger("kbflow.agentic")
 STRATEGIES = ("single", "compare", "multi_hop")
 SNIPPET_CHARS = 400
 
@@ -46,19 +43,6 @@ CHECK = (
     '{"decision": "next", "query": "..."} when it holds a first fact and another search is needed for the rest;\n'
     '{"decision": "rewrite", "query": "..."} when nothing in it is useful: the same need in other words.'
 )
-JSON_RE = re.compile(r"\{.*\}", re.S)
-
-
-def parse_reply(reply: str) -> dict | None:
-    """The JSON object in a planning reply (a model may wrap it in a code fence or a sentence), or None."""
-    match = JSON_RE.search(reply)
-    if not match:
-        return None
-    try:
-        value = json.loads(match.group(0))
-    except json.JSONDecodeError:
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def _hit_row(hit: Hit) -> dict:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 
 import httpx
 
@@ -65,3 +67,18 @@ def open_chat(config: LlmConfig):
 
         return LocalChat(config)
     return ChatClient(config)
+
+
+JSON_RE = re.compile(r"\{.*\}", re.S)
+
+
+def parse_reply(reply: str) -> dict | None:
+    """The JSON object a chat model was asked to reply with (it may wrap it in a code fence or a sentence), or None."""
+    match = JSON_RE.search(reply)
+    if not match:
+        return None
+    try:
+        value = json.loads(match.group(0))
+    except json.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
