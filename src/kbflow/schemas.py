@@ -70,10 +70,12 @@ EDGES = pa.schema(
         ("doc_id", pa.string()),
         ("chunk_id", pa.string()),  # the chunk the edge leaves from
         ("source_path", pa.string()),
-        ("kind", pa.string()),  # link | defines | heading (kbflow.graph.extract)
-        ("target", pa.string()),  # link: the linked document's source path; defines, heading: the term's key
-        ("anchor", pa.string()),  # link: the fragment after '#' ('' for none)
-        ("label", pa.string()),  # link: its text | title; defines, heading: the term as written
+        ("kind", pa.string()),  # link | defines | heading (kbflow.graph.extract) | entity | relation (llm_extract)
+        ("target", pa.string()),  # link: the linked document's source path; defines, heading, entity: the term's
+        # key; relation: its target entity's key
+        ("anchor", pa.string()),  # link: the fragment after '#' ('' for none); relation: its source entity's key
+        ("label", pa.string()),  # link: its text | title; defines, heading: the term as written; entity: "name
+        # (type)"; relation: "source —relation→ target"
         ("extractor", pa.string()),  # name@version of what extracted it
     ]
 )

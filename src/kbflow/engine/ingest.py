@@ -343,7 +343,7 @@ def _chunked_batch(run: Run, batch: list, index: int, file_docs: pa.Table, texts
     write_table(chunks, run.run_dir / "chunks" / part, CHUNKS)
     failpoint("chunk.done")
 
-    edges, graph_blocked = None, set()
+    edges, graph_incomplete = None, set()
     if run.fingerprints.graph:
         started = time.perf_counter()
         source_paths = dict(zip(documents.column("doc_id").to_pylist(), documents.column("source_path").to_pylist()))
@@ -352,14 +352,15 @@ def _chunked_batch(run: Run, batch: list, index: int, file_docs: pa.Table, texts
         run.summary["graph"]["edges_extracted"] += edges.num_rows
         if run.extractor is not None:
             run.summary["graph"]["llm_calls"] += calls
-        graph_blocked = _graph_failures(run, chunks, failed)
+        graph_incomplete = _graph_failures(run, chunks, failed)
         write_table(edges, run.run_dir / "graph" / part, EDGES)
-    return Waiting(documents, chunks, label, last, edges, graph_blocked)
+    return Waiting(documents, chunks, label, last, edges, graph_incomplete)
 
 
 def _graph_failures(run: Run, chunks: pa.Table, failed: list[dict]) -> set[str]:
-    """A failure row per chunk text the LLM could not extract; returns the documents holding such a chunk (they
-    keep their stored version, and the next run retries them)."""
+    """A failure row per chunk text the LLM could not extract; returns the documents holding such a chunk (they are
+    written with the edges that were extracted, their manifest rows mark the graph incomplete, and the next run
+    extracts the rest)."""
     by_text: dict[str, list[tuple[str, str]]] = {}
     for chunk_id, doc_id, text_sha256 in zip(*(chunks.column(c).to_pylist() for c in
                                              ("chunk_id", "doc_id", "text_sha256"))):
@@ -383,7 +384,7 @@ class Waiting:
     label: str
     last: int  # index of its last document in the plan's todo list (progress)
     edges: pa.Table | None = None  # the graph stage's edges out of its chunks (graph on)
-    graph_blocked: set[str] = field(default_factory=set)  # documents with a chunk whose LLM extraction failed
+    graph_incomplete: set[str] = field(default_factory=set)  # documents with a chunk whose LLM extraction failed
 
 
 def _misses(run: Run, chunks: pa.Table) -> int:
@@ -434,7 +435,8 @@ def _write_round(run: Run, embedding: EmbedRound, vectors: tuple[dict, set[str]]
     by_key, failed_keys = vectors
     for batch in embedding.batches:
         started = time.perf_counter()
-        _upsert(run, batch.documents, batch.chunks, by_key, failed_keys, batch.label, batch.edges, batch.graph_blocked)
+        _upsert(run, batch.documents, batch.chunks, by_key, failed_keys, batch.label, batch.edges,
+                batch.graph_incomplete)
         run.timed("upsert", started, batch.last + 1, total)
     embedding.batches.clear()
     del by_key, vectors
@@ -464,10 +466,10 @@ def _embed(run: Run, chunks: pa.Table) -> tuple[dict, set[str]]:
 
 
 def _upsert(run: Run, documents, chunks, vectors, failed_keys, label: str, edges: pa.Table | None = None,
-            graph_blocked: set[str] = frozenset()) -> None:
+            graph_incomplete: set[str] = frozenset()) -> None:
     """Replace whole documents in one store operation (and their graph edges), then record them in the manifest."""
     ready, blocked = ready_documents(documents, chunks, failed_keys)
-    for doc in [doc for doc in ready if doc["doc_id"] in graph_blocked]:
+    for doc in [doc for doc in ready if doc["doc_id"] in graph_incomplete]:
         run.failures.append({"stage": "graph", "doc_id": doc["doc_id"], "source_path": doc["source_path"],
                              "error_type": "GraphIncomplete",
                              "message": f"{doc['source_path']}: the entities of some chunks could not be extracted; "
@@ -501,7 +503,7 @@ def _upsert(run: Run, documents, chunks, vectors, failed_keys, label: str, edges
                                  "message": f"{doc['source_path']}: {str(exc)[:500]}"})
         return
     failpoint("upsert.after_store")
-    run.state.update_manifest(manifest_rows(ready, doc_chunks, run.fingerprints, run.run_id, graph_blocked), [])
+    run.state.update_manifest(manifest_rows(ready, doc_chunks, run.fingerprints, run.run_id, graph_incomplete), [])
     failpoint("upsert.done")
 
 

@@ -1,7 +1,8 @@
 """The stages of an ingest, each one call over one batch: what ``kbflow.tasks`` wraps as Prefect tasks, and what the
 direct runner calls. Both run them under the same retry policies (``policies``).
 
-convert → split → chunk (→ graph) are pure (files in, Arrow tables out); embed writes each provider request's vectors to the
+convert → split → chunk are pure (files in, Arrow tables out); graph reads the chunks' structure and, with an LLM
+extractor, asks the chat model (its facts cached per text); embed writes each provider request's vectors to the
 vector cache as soon as they arrive; upsert, delete and index write the store. Store and file-system failures are
 classified here (``kbflow.stores.errors``), so only passing ones are retried.
 """
@@ -119,7 +120,8 @@ def graph(chunks: pa.Table, source_paths: dict[str, str], extractor=None) -> tup
     """The graph stage: the edges out of a batch's chunks (``kbflow.graph.extract``); with an LLM ``extractor``
     (``kbflow.graph.llm_extract``) their entities and relations too. Returns (edges, one failure row per chunk text
     whose extraction failed, chat calls made); each chat request is retried by its client, a failed text is not
-    cached and its documents are not written (the next run retries it)."""
+    cached, and its documents are written with the edges that were extracted and marked incomplete (the next run
+    retries the text)."""
     if extractor is None:
         return extract_edges(chunks, source_paths), [], 0
     facts, failed, calls = extractor.facts(chunks)

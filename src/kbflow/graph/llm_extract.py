@@ -56,9 +56,9 @@ def facts_of(reply: str) -> dict:
         raise PermanentError(f"the chat model's extraction reply is not the JSON object asked for: {reply[:200]!r}")
     entities = [{"name": str(e["name"]).strip()[:80], "type": str(e.get("type", "")).strip()[:40]}
                 for e in parsed.get("entities", []) if isinstance(e, dict) and str(e.get("name", "")).strip()]
-    relations = [{key: str(r[key]).strip()[:80] for key in ("source", "relation", "target")}
-                 for r in parsed.get("relations", [])
-                 if isinstance(r, dict) and all(str(r.get(key, "")).strip() for key in ("source", "relation", "target"))]
+    parts = ("source", "relation", "target")
+    relations = [{key: str(r[key]).strip()[:80] for key in parts} for r in parsed.get("relations", [])
+                 if isinstance(r, dict) and all(str(r.get(key, "")).strip() for key in parts)]
     return {"entities": entities[:MAX_ITEMS], "relations": relations[:MAX_ITEMS]}
 
 

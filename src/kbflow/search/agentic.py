@@ -5,8 +5,9 @@
    the next search). An unclear question is searched as the planner's best reading of it, and the trace says so.
 2. **Rounds**: each round searches (the namespace's search mode) and adds its best ``evidence_per_round`` hits to
    the evidence (the first round also searches the question as asked, for the hits plain ``ask`` would use, so the
-   evidence holds plain ask's and the rounds can only add to it); then one chat call looks at the evidence and decides: ``done``, ``next`` (the next search of a
-   multi-hop question) or ``rewrite`` (nothing useful was found: the same need, other words). At most
+   evidence holds plain ask's and the rounds can only add to it); then one chat call looks at the evidence and
+   decides: ``done``, ``next`` (the next search of a multi-hop question) or ``rewrite`` (nothing useful was found:
+   the same need, other words). At most
    ``max_rounds`` rounds, and the planning calls together stay under ``max_planner_prompt_tokens``.
 3. **Answer**: the evidence, in the order it was found, answered and cited exactly as plain ``ask`` does.
 
@@ -95,7 +96,8 @@ class Agent:
                 first_limit: int | None = None) -> None:
         """One round: its searches (in parallel when there are several), their best hits added to the evidence
         (``first_limit``: how many the first query adds, when not ``evidence_per_round``)."""
-        limits = [first_limit or self.settings.evidence_per_round] + [self.settings.evidence_per_round] * len(queries)
+        per_round = self.settings.evidence_per_round
+        limits = [first_limit or per_round] + [per_round] * (len(queries) - 1)
 
         def one(index: int) -> list[Hit]:
             return self.searcher.search(queries[index], mode=self.mode, limit=limits[index], where=self.where)
