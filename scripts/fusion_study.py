@@ -63,8 +63,10 @@ def collect(sets: list[Path], backends: list[str], work: Path, depth: int, max_q
 
 
 def _doc_ids_of(searcher, corpus: dict) -> dict[str, str]:
-    """Store doc ids -> the set's own document ids (kbflow eval writes corpus document i as corpus/doc-<i>.md)."""
-    paths = {f"corpus/doc-{index:06d}.md": doc_id for index, doc_id in enumerate(corpus)}
+    """Store doc ids -> the set's own document ids (kbflow eval writes corpus document i as corpus/doc-<i>.md, and a
+    row naming a source file as corpus/<file>)."""
+    paths = {f"corpus/{row['file']}" if row.get("file") else f"corpus/doc-{index:06d}.md": doc_id
+             for index, (doc_id, row) in enumerate(corpus.items())}
     table = searcher.store.rows(["chunk_id", "doc_id", "source_path"])
     return {doc: paths[path] for doc, path in zip(table.column("doc_id").to_pylist(),
                                                   table.column("source_path").to_pylist()) if path in paths}
@@ -153,10 +155,15 @@ VARIANTS = [("vector", 0.0), ("bm25", 0.0)] + [("rrf", k) for k in (10, 30, 60, 
     [("wrrf", w / 10) for w in range(1, 10)] + [("adaptive", w / 10) for w in range(1, 10)]
 
 
-def study(work: Path, out: Path, depth: int) -> dict:
+def study(work: Path, out: Path, depth: int, previous: Path | None = None) -> dict:
     collected = {path.stem: json.loads(path.read_text()) for path in sorted(work.glob("*--*.json"))}
     table = {name: {f"{v}:{p:g}": round(score(data, v, p, depth), 4) for v, p in VARIANTS}
              for name, data in collected.items()}
+    if previous:  # sets scored by an earlier study (same variants, same depth) and not collected again here
+        earlier = json.loads(previous.read_text())
+        if earlier["depth"] != depth:
+            raise SystemExit(f"{previous} was scored at depth {earlier['depth']}, this study at {depth}")
+        table = {**{n: t for n, t in earlier["ndcg@10"].items() if n not in table}, **table}
     names = sorted(table)
     fused = [key for key in next(iter(table.values())) if not key.startswith(("vector", "bm25"))]
 
@@ -192,11 +199,12 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--work", type=Path, required=True)
     s.add_argument("--out", type=Path, required=True)
     s.add_argument("--depth", type=int, default=50)
+    s.add_argument("--previous", type=Path, help="an earlier study's JSON: its sets join this one's table")
     args = parser.parse_args(argv)
     if args.command == "collect":
         collect(args.beir, args.backend, args.work, args.depth, args.max_queries)
     else:
-        result = study(args.work, args.out, args.depth)
+        result = study(args.work, args.out, args.depth, args.previous)
         print(json.dumps({k: result[k] for k in ("leave_one_set_out", "chosen_on_all", "margins_of_chosen")}, indent=2))
     return 0
 

@@ -3,7 +3,9 @@
 Checked: the namespace's recorded model against the configured one; in the store, duplicate chunk ids, vectors of
 the wrong dimension, zero or non-finite vectors, documents the manifest does not list (a run died between its
 store write and its manifest write, and the file is gone since); per manifest document, that the store holds
-exactly its chunk ids; per stored chunk, that the vector cache agrees with the stored vector.
+exactly its chunk ids; per stored chunk, that the vector cache agrees with the stored vector; with a graph
+(``graph.enabled``), that every edge leaves a stored chunk of its document and that no document ingested with the
+graph stage off has edges.
 
 Repair never invents data: it deletes what is wrong from the store and the cache and drops the affected documents
 from the manifest, so the next ingest of the sources re-runs exactly those documents.
@@ -21,6 +23,7 @@ from kbflow.embed import get_embedder
 from kbflow.embed.choice import for_namespace
 from kbflow.stores.vector_cache import VectorCache
 from kbflow.errors import ConfigError
+from kbflow.graph.store import GraphStore
 from kbflow.state.manifest import NamespaceState
 from kbflow.schemas import MANIFEST
 from kbflow.stores import open_store
@@ -120,19 +123,47 @@ def verify(config: KbConfig, namespace: str, repair: bool = False) -> Report:
         findings.append(Finding("cache", f"stored vectors differ from the vector cache (cosine < {AGREE})",
                                 sorted(disagree_docs)))
 
+    graph = GraphStore(store_uri(config), namespace)
+    edge_count = _check_graph(graph, stored_by_doc, listed, findings)
+
     counts = {"manifest_documents": len(listed), "manifest_chunks": sum(len(r["chunk_ids"]) for r in listed.values()),
               "store_rows": rows.num_rows, "store_documents": len(stored_by_doc),
-              "cached_of_stored": sum(1 for key in set(keys) if key in cached), "cache_rows": cache.count()}
+              "cached_of_stored": sum(1 for key in set(keys) if key in cached), "cache_rows": cache.count(),
+              "graph_edges": edge_count}
     report = Report(namespace, model_id, counts, findings)
     if repair and findings:
-        report.repaired = _repair(state, store, cache, findings, disagree_keys)
+        report.repaired = _repair(state, store, cache, findings, disagree_keys, graph)
     return report
 
 
-def _repair(state: NamespaceState, store, cache: VectorCache, findings: list[Finding], bad_keys: set[str]) -> dict:
+def _check_graph(graph: GraphStore, stored_by_doc: dict[str, set[str]], listed: dict[str, dict],
+                 findings: list[Finding]) -> int:
+    """Edges must leave a chunk their document holds in the store (a crash or a bug that wrote edges and not the
+    chunks, or deleted a document and not its edges, leaves them dangling), and only documents whose manifest row
+    names a graph extractor have edges (the graph stage was on for them)."""
+    if not graph.exists():
+        return 0
+    edges = graph.table.search().select(["chunk_id", "doc_id"]).limit(None).to_arrow()
+    dangling, graph_off = set(), set()
+    for chunk_id, doc_id in zip(edges.column("chunk_id").to_pylist(), edges.column("doc_id").to_pylist()):
+        if chunk_id not in stored_by_doc.get(doc_id, ()):
+            dangling.add(doc_id)
+        elif doc_id in listed and not listed[doc_id].get("graph"):
+            graph_off.add(doc_id)
+    if dangling:
+        findings.append(Finding("graph", "graph edges leave chunks the store does not hold", sorted(dangling)))
+    if graph_off:
+        findings.append(Finding("graph-off", "graph edges of documents the manifest says were ingested with the "
+                                             "graph stage off", sorted(graph_off)))
+    return edges.num_rows
+
+
+def _repair(state: NamespaceState, store, cache: VectorCache, findings: list[Finding], bad_keys: set[str],
+            graph: GraphStore) -> dict:
     """Delete what is wrong and forget the affected documents, so the next ingest re-runs them."""
     affected = sorted({doc_id for finding in findings for doc_id in finding.doc_ids})
     deleted = store.delete_documents(affected) if affected else 0
+    graph.delete_documents(affected)
     if bad_keys:
         cache.delete(sorted(bad_keys))
     state.update_manifest(MANIFEST.empty_table(), affected)

@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 import shutil
 
+import pyarrow as pa
 import pytest
 
 from kbflow import api
 from kbflow.errors import ConfigError
 from kbflow.graph.store import GraphStore
+from kbflow.schemas import MANIFEST
 from kbflow.state.manifest import NamespaceState
+from kbflow.stores.lancedb_store import LanceStore
 from tests.conftest import CASES
 
 PRESET = "graph/runtime-config-preset.html"
@@ -223,3 +226,34 @@ def test_entities_and_relations_from_the_chat_model_are_extracted_once_per_text_
                    and any("states 'data checksums —configured with→ ALTER SYSTEM'" in step
                            for step in h.extra["path"])]
         assert related, [h.extra["path"] for h in hits]
+
+
+def test_verify_finds_edges_without_their_chunks_and_edges_of_documents_ingested_with_the_graph_off(manual, tmp_path,
+                                                                                                     monkeypatch):
+    monkeypatch.setenv("KBFLOW__GRAPH__ENABLED", "true")
+    data = tmp_path / "data"
+    api.ingest([str(manual)], data_dir=data)
+    report = api.verify("default", data_dir=data)
+    assert report["ok"], report["findings"]
+    edges = _edges(data)
+    assert report["counts"]["graph_edges"] == len(edges) > 0
+
+    state = NamespaceState(data, "default")
+    manifest = {row["source_path"]: row for row in state.read_manifest().to_pylist()}
+    checksums, preset = manifest["graph/checksums.html"], manifest[PRESET]
+    # 1. the chunks of one page gone from the store, its edges left behind
+    LanceStore(data / "lancedb", state.store_namespace(), state.meta()["dimension"]).table.delete(
+        f"doc_id = '{checksums['doc_id']}'")
+    # 2. a page whose manifest row says the graph stage was off, with edges in the graph
+    state.update_manifest(pa.Table.from_pylist([{**preset, "graph": ""}], schema=MANIFEST), [])
+
+    report = api.verify("default", data_dir=data)
+    found = {finding["check"]: finding["doc_ids"] for finding in report["findings"]}
+    assert found["graph"] == [checksums["doc_id"]] and found["graph-off"] == [preset["doc_id"]]
+
+    repaired = api.verify("default", data_dir=data, repair=True)
+    assert repaired["repaired"]["documents_forgotten"] == 2
+    assert not any(e["doc_id"] in (checksums["doc_id"], preset["doc_id"]) for e in _edges(data))
+    rerun = api.ingest([str(manual)], data_dir=data)
+    assert rerun["documents"]["new"] == 2 and api.verify("default", data_dir=data)["ok"]
+    assert _edges(data) == edges
