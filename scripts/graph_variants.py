@@ -5,7 +5,8 @@ over one ingest and the same candidate lists per query.
 
 The corpus must have been ingested by `kbflow eval --data-dir` with ``graph.enabled: true``. Variants: hybrid
 alone (the reference); RRF of vector, BM25 and graph lists (search --mode graph); RRF of the hybrid list and the
-graph list; hybrid with only the graph's anchor-named chunks added; graph list weights 0.25 / 0.5 in the RRF.
+graph list; hybrid with only the graph's anchor-named chunks added; graph list weights 0.25 / 0.5 in the RRF;
+the best graph chunks (or only those reached by a link) inserted after hybrid's first n chunks.
 """
 
 from __future__ import annotations
@@ -29,6 +30,16 @@ def weighted_rrf(lists: dict, weights: dict, k: int) -> list:
             kept = merged.setdefault(hit.chunk_id, replace(hit, score=0.0))
             kept.score += weights.get(name, 1.0) / (k + rank)
     return sorted(merged.values(), key=lambda hit: -hit.score)
+
+
+def insert_after(hybrid: list, graph: list, after: int, slots: int) -> list:
+    """Hybrid's first ``after`` chunks, then the best ``slots`` graph chunks not among them, then the rest of
+    hybrid: the graph can move hybrid's hits down by ``slots`` places at most, never reorder them."""
+    top = hybrid[:after]
+    taken = {hit.chunk_id for hit in top}
+    extra = [hit for hit in graph if hit.chunk_id not in taken][:slots]
+    taken |= {hit.chunk_id for hit in extra}
+    return top + extra + [hit for hit in hybrid[after:] if hit.chunk_id not in taken]
 
 
 def documents(hits, by_path: dict[str, str]) -> list[str]:
@@ -76,6 +87,12 @@ def main() -> None:
             put(f"rrf(hybrid, {weight} x graph)", query_id, weighted_rrf({"hybrid": hybrid, "graph": graph},
                                                                        {"graph": weight}, k))
         put("graph list alone", query_id, graph)
+        linked = [hit for hit in graph if hit.extra["path"][-1].startswith("links to")]
+        for after, slots in ((3, 1), (5, 1), (5, 2), (8, 2), (10, 2), (10, 5)):
+            put(f"hybrid, graph's best {slots} after hybrid's {after}", query_id,
+                insert_after(hybrid, graph, after, slots))
+            put(f"hybrid, linked chunks' best {slots} after hybrid's {after}", query_id,
+                insert_after(hybrid, linked, after, slots))
     result = {name: score_run(rankings, qrels) for name, rankings in variants.items()}
     args.out.write_text(json.dumps({"dataset": str(args.beir), "queries": len(variants["hybrid"]),
                                     "model_id": searcher.embedder.model_id, "fusion": settings.fusion,

@@ -247,6 +247,11 @@ class GraphConfig(_Section):
                             "document (those closest to the query; the one its link's anchor names first).")
     max_targets: int = Field(40, ge=1, le=500, description="Search mode graph: linked documents read per hop (the "
                              "ones linked from the best seeds first).")
+    insert_after: int = Field(3, ge=0, le=100, description="Search mode graph: hybrid's first hits kept in their "
+                              "places; the graph's chunks come right after them.")
+    slots: int = Field(1, ge=1, le=50, description="Search mode graph: chunks reached through the graph inserted "
+                       "after hybrid's first insert_after hits (those closest to the query); hybrid's later hits "
+                       "move down by this many places at most.")
     llm_extract: bool = Field(False, description="Also extract entities and relations with the chat model of "
                               "search.llm (remote, or a local GGUF): one call per chunk text not extracted before "
                               "(kbflow.graph.llm_extract). Slow on CPU: see docs/retrieval.md#graph-search.")

@@ -12,7 +12,9 @@ import pytest
 from kbflow import api
 from kbflow.errors import ConfigError
 from kbflow.graph.store import GraphStore
+from kbflow.config import load_config
 from kbflow.schemas import MANIFEST
+from kbflow.search.searcher import Searcher, embed_query
 from kbflow.state.manifest import NamespaceState
 from kbflow.stores.lancedb_store import LanceStore
 from tests.conftest import CASES
@@ -93,12 +95,24 @@ def test_graph_search_follows_links_and_says_why_each_hit_was_returned(manual, t
     monkeypatch.setenv("KBFLOW__GRAPH__ENABLED", "true")
     api.ingest([str(manual)], data_dir=data)
     monkeypatch.setenv("KBFLOW__GRAPH__SEEDS", "1")
-    hits = api.search("Are data pages of a cluster protected by checksums?", data_dir=data, mode="graph", limit=50)
+    monkeypatch.setenv("KBFLOW__GRAPH__INSERT_AFTER", "1")
+    monkeypatch.setenv("KBFLOW__GRAPH__SLOTS", "3")
+    question = "Are data pages of a cluster protected by checksums?"
+    hits = api.search(question, data_dir=data, mode="graph", limit=50)
+    hybrid = api.search(question, data_dir=data, mode="hybrid", limit=50)
     assert all(h.extra.get("path") and h.to_dict()["path"] == h.extra["path"] for h in hits)  # every hit says why
     seed = hits[0] if hits[0].source_path == "graph/checksums.html" else None
     assert seed is not None, [h.source_path for h in hits[:3]]
-    followed = [h for h in hits if h.source_path == PRESET and len(h.extra["path"]) == 2]
-    assert followed, [h.extra["path"] for h in hits]
+    # hybrid's first hit keeps its place, three chunks reached by a hop follow, then the rest of hybrid's hits in
+    # their order: the graph never reorders hybrid's hits
+    assert hits[0].chunk_id == hybrid[0].chunk_id
+    followed = hits[1:4]
+    assert all(len(h.extra["path"]) == 2 for h in followed), [h.extra["path"] for h in hits[:5]]
+    inserted = {h.chunk_id for h in followed}
+    assert [h.chunk_id for h in hits[4:]] == [h.chunk_id for h in hybrid[1:] if h.chunk_id not in inserted][:46]
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    assert hits[0].extra["path"] == [f"hit #1 for the query (vector #{hits[0].extra['vector_rank']}, "
+                                     f"bm25 #{hits[0].extra['bm25_rank']})"]
     named = [h for h in followed if "data_checksums` (`boolean`)" in h.text]
     assert named and named[0].extra["path"][1].startswith(
         f"links to {PRESET}#GUC-DATA-CHECKSUMS 'data_checksums', which names: {PRESET}")
@@ -106,9 +120,11 @@ def test_graph_search_follows_links_and_says_why_each_hit_was_returned(manual, t
     assert "graph_rank" in named[0].extra
 
     # an entity the query names: the chunk defining it is a seed, whatever the vector and BM25 lists hold
-    hits = api.search("data_directory_mode", data_dir=data, mode="graph", limit=50)
-    seeds = [h for h in hits if h.extra["path"][0].startswith("defines 'data_directory_mode', named in the query")]
-    assert seeds and seeds[0].source_path == PRESET and "graph_rank" in seeds[0].extra
+    searcher = Searcher(load_config(None, data_dir=data), "default")
+    query = "data_directory_mode"
+    reached = searcher.expander.expand(query, embed_query(searcher.embedder, query), [], None)
+    seeds = [h for h in reached if h.extra["path"][0].startswith("defines 'data_directory_mode', named in the query")]
+    assert seeds and seeds[0].source_path == PRESET
 
 
 def test_eval_on_source_files_keeps_their_links_for_graph_search(tmp_path, monkeypatch):
@@ -221,6 +237,7 @@ def test_entities_and_relations_from_the_chat_model_are_extracted_once_per_text_
         third = api.ingest([str(manual)], data_dir=data)
         assert third["graph"]["llm_calls"] == 0 and len(calls) == sent_before + len(retried)
 
+        monkeypatch.setenv("KBFLOW__GRAPH__SLOTS", "10")  # every chunk a hop reached, in this small manual
         hits = api.search("Are data pages protected by checksums?", data_dir=data, mode="graph", limit=50)
         related = [h for h in hits if h.source_path == "graph/sql-altersystem.html"
                    and any("states 'data checksums —configured with→ ALTER SYSTEM'" in step

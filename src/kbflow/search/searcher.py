@@ -3,8 +3,8 @@ multi-query expansion (MQE) or hypothetical-document search (HyDE).
 
 Scores are in the mode's own unit (``Hit.extra`` keeps the inputs): vector = cosine similarity (-1..1);
 bm25 = BM25 score (≥ 0); hybrid = RRF sum (≤ 2/(rrf_k+1)) or weighted min-max (0..1); rerank = the reranker's
-score; graph = RRF sum of the vector, BM25 and graph lists (≤ 3/(rrf_k+1)), each hit with the path that reached
-it (``kbflow.graph.expand``). With MQE, the lists of every phrasing are fused again by RRF, so scores are RRF sums.
+score; graph = hybrid's scores, with the chunks inserted from the graph scored as the hybrid hit below them, each
+hit with the path that reached it (``kbflow.graph.expand``). With MQE, the lists of every phrasing are fused again by RRF, so scores are RRF sums.
 """
 
 from __future__ import annotations
@@ -157,14 +157,11 @@ class Searcher:
         if mode == "hybrid":
             return fused
         if mode == "graph":
-            lists["graph"] = self.expander.expand(query, vectors[-1], fused, where)
-            hits = fusion.rrf(lists, settings.rrf_k)
-            for hit in hits:  # every hit says why it was returned
-                if "path" not in hit.extra:
-                    ranks = ", ".join(f"{name} #{hit.extra[name + '_rank']}" for name in ("vector", "bm25")
-                                      if name + "_rank" in hit.extra)
-                    hit.extra["path"] = [f"hit for the query ({ranks})"]
-            return hits
+            from kbflow.graph.expand import insert
+
+            graph = self.config.graph
+            reached = self.expander.expand(query, vectors[-1], fused, where)
+            return insert(fused, reached, graph.insert_after, graph.slots)
         return self.rerank(query, fused[:settings.rerank.candidates])
 
     def rerank(self, query: str, hits: list[Hit]) -> list[Hit]:
