@@ -6,7 +6,8 @@ over one ingest and the same candidate lists per query.
 The corpus must have been ingested by `kbflow eval --data-dir` with ``graph.enabled: true``. Variants: hybrid
 alone (the reference); RRF of vector, BM25 and graph lists (search --mode graph); RRF of the hybrid list and the
 graph list; hybrid with only the graph's anchor-named chunks added; graph list weights 0.25 / 0.5 in the RRF;
-the best graph chunks (or only those reached by a link) inserted after hybrid's first n chunks.
+the best chunks a hop reached (or those and the query-named entity seeds) inserted after hybrid's first n chunks
+(kbflow.graph.expand.insert: search --mode graph since issue 21's second stop).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from kbflow.config import load_config
 from kbflow.evaluate import SEARCH_DEPTH, load_beir, score_run
+from kbflow.graph.expand import insert
 from kbflow.search import fusion
 from kbflow.search.searcher import Searcher, candidate_lists, embed_query, fuse
 from kbflow.search.tokens import words
@@ -33,8 +35,8 @@ def weighted_rrf(lists: dict, weights: dict, k: int) -> list:
 
 
 def insert_after(hybrid: list, graph: list, after: int, slots: int) -> list:
-    """Hybrid's first ``after`` chunks, then the best ``slots`` graph chunks not among them, then the rest of
-    hybrid: the graph can move hybrid's hits down by ``slots`` places at most, never reorder them."""
+    """As ``kbflow.graph.expand.insert`` (search --mode graph), but the query-named entity seeds may be inserted
+    too, not only the chunks a hop reached."""
     top = hybrid[:after]
     taken = {hit.chunk_id for hit in top}
     extra = [hit for hit in graph if hit.chunk_id not in taken][:slots]
@@ -78,7 +80,7 @@ def main() -> None:
         named = [hit for hit in graph if "which names" in hit.extra["path"][-1]
                  or hit.extra["path"][-1].startswith(("defines", "is the section"))]
         put("hybrid", query_id, hybrid)
-        put("rrf(vector, bm25, graph) = --mode graph", query_id, fusion.rrf({**lists, "graph": graph}, k))
+        put("rrf(vector, bm25, graph) (--mode graph until issue 21's second stop)", query_id, fusion.rrf({**lists, "graph": graph}, k))
         put("rrf(hybrid, graph)", query_id, fusion.rrf({"hybrid": hybrid, "graph": graph}, k))
         put("rrf(hybrid, graph anchor-named only)", query_id, fusion.rrf({"hybrid": hybrid, "graph": named}, k))
         for weight in (0.25, 0.5):
@@ -87,12 +89,10 @@ def main() -> None:
             put(f"rrf(hybrid, {weight} x graph)", query_id, weighted_rrf({"hybrid": hybrid, "graph": graph},
                                                                        {"graph": weight}, k))
         put("graph list alone", query_id, graph)
-        linked = [hit for hit in graph if hit.extra["path"][-1].startswith("links to")]
         for after, slots in ((3, 1), (5, 1), (5, 2), (8, 2), (10, 2), (10, 5)):
-            put(f"hybrid, graph's best {slots} after hybrid's {after}", query_id,
-                insert_after(hybrid, graph, after, slots))
-            put(f"hybrid, linked chunks' best {slots} after hybrid's {after}", query_id,
-                insert_after(hybrid, linked, after, slots))
+            put(f"insert {slots} after {after}, entity seeds too", query_id, insert_after(hybrid, graph, after, slots))
+            put(f"insert {slots} after {after}" + (" = --mode graph" if (after, slots) == (3, 1) else ""), query_id,
+                insert(hybrid, graph, after, slots))
     result = {name: score_run(rankings, qrels) for name, rankings in variants.items()}
     args.out.write_text(json.dumps({"dataset": str(args.beir), "queries": len(variants["hybrid"]),
                                     "model_id": searcher.embedder.model_id, "fusion": settings.fusion,
