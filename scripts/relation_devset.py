@@ -351,10 +351,17 @@ def main() -> None:
     parser.add_argument("--files-only", action="store_true", help="write only files/: the pages an existing "
                         "corpus.jsonl in --out lists, from the archive (the committed set, docs/bench/relset, "
                         "without the model)")
+    parser.add_argument("--whole-manual", action="store_true", help="with --files-only: first rewrite corpus.jsonl "
+                        "in --out to list every page of the manual (the same questions over the corpus a user "
+                        "would ingest)")
     args = parser.parse_args()
     if args.files_only:
         out = Path(args.out)
         pages = read_pages(args.archive)
+        if args.whole_manual:
+            (out / "corpus.jsonl").write_text("".join(
+                json.dumps({"_id": name, "title": "", "text": "", "file": f"files/{name}"}) + "\n"
+                for name in sorted(pages)), encoding="utf-8")
         rows = [json.loads(line) for line in (out / "corpus.jsonl").read_text(encoding="utf-8").splitlines()]
         (out / "files").mkdir(parents=True, exist_ok=True)
         for row in rows:

@@ -279,8 +279,8 @@ class SearchConfig(_Section):
     limit: int = Field(5, ge=1, le=1000, description="Hits returned by default.")
     min_score: float | None = Field(
         None, description="Drop hits scoring below this, in the mode's own unit: cosine similarity -1..1 (vector), "
-        "BM25 score ≥ 0 (bm25), fused score (hybrid: RRF sum ≤ 2/(rrf_k+1), weighted 0..1), reranker score (rerank). "
-        "Empty keeps every hit.")
+        "BM25 score ≥ 0 (bm25), fused score (hybrid: RRF sum ≤ 2/(rrf_k+1), weighted 0..1), reranker score (rerank), "
+        "hybrid's fused score (graph). Empty keeps every hit.")
     mode: Literal["vector", "bm25", "hybrid", "rerank", "graph"] = Field(
         "hybrid", description="Default search mode. Hybrid (vector + BM25) with the default fusion is never more "
         "than 0.4 points of nDCG@10 below the better of its two inputs on four dev sets x two models, and above it "
