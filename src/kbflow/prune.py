@@ -1,4 +1,5 @@
-"""`kbflow prune`: bound the data dir. Old run snapshots, expired Prefect result files, and old LanceDB versions.
+"""`kbflow prune`: bound the data dir. Old run snapshots, expired Prefect result files, and old LanceDB versions (of
+the chunk tables, the graph's edges, the vector caches and the LLM fact caches).
 
 Every LanceDB write (merge_insert, delete, cache add) adds a table version and small data files; LanceDB keeps
 old versions until told otherwise. ``optimize`` compacts the small files and removes versions older than the
@@ -72,9 +73,13 @@ def prune(config: KbConfig, keep_runs: int, namespaces: list[str] | None = None,
             table_name = f"chunks_{state.store_namespace()}"
             if config.store.kind == "lancedb" and table_name in tables:
                 report["tables"][table_name] = _optimize(db.open_table(table_name), versions_older_than)
+            graph_table = f"graph_{namespace}"  # the graph's edges (graph.enabled): replaced per document batch
+            if graph_table in tables:
+                report["tables"][graph_table] = _optimize(db.open_table(graph_table), versions_older_than)
         if not storage.is_remote(state.root) and state.root.is_dir() and not any(state.root.iterdir()):  # the lock made the folder; a namespace never ingested keeps no trace
             state.root.rmdir()
-    for table_name in sorted(t for t in tables if t.startswith("vectors_")):  # vector caches: append-only
+    # the vector caches and the LLM fact caches (graph.llm_extract): append-only, shared by namespaces
+    for table_name in sorted(t for t in tables if t.startswith(("vectors_", "graph_facts_"))):
         report["tables"][table_name] = _optimize(db.open_table(table_name), versions_older_than)
     days = config.flow.cache_days if result_days is None else result_days
     report["results_removed"] = housekeeping.prune_results(data_dir / "prefect" / "results", days)

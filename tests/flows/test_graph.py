@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from datetime import timedelta
 
 import pyarrow as pa
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from kbflow import api
 from kbflow.errors import ConfigError
 from kbflow.graph.store import GraphStore
+from kbflow.prune import prune
 from kbflow.config import load_config
 from kbflow.schemas import MANIFEST
 from kbflow.search.searcher import Searcher, embed_query
@@ -75,6 +77,12 @@ def test_the_graph_is_built_with_the_chunks_and_kept_current_document_by_documen
     removed = api.ingest([str(manual)], data_dir=data)
     assert removed["documents"]["removed"] == 1
     assert not any(e["source_path"] == "graph/sql-altersystem.html" for e in _edges(data))
+
+    # every replace added a table version: prune compacts the graph's table, its edges unchanged
+    kept = _edges(data)
+    report = prune(load_config(data_dir=data), keep_runs=1, versions_older_than=timedelta(0))
+    assert report["tables"]["graph_default"]["versions_before"] > 1 == report["tables"]["graph_default"]["versions_after"]
+    assert _edges(data) == kept
 
     # turned off: every document is re-processed once and the graph is emptied, nothing is embedded
     monkeypatch.setenv("KBFLOW__GRAPH__ENABLED", "false")
@@ -236,6 +244,10 @@ def test_entities_and_relations_from_the_chat_model_are_extracted_once_per_text_
         assert second["failures"] == [] and texts > len(retried)
         third = api.ingest([str(manual)], data_dir=data)
         assert third["graph"]["llm_calls"] == 0 and len(calls) == sent_before + len(retried)
+        report = prune(load_config(data_dir=data), keep_runs=1, versions_older_than=timedelta(0))
+        facts = [name for name in report["tables"] if name.startswith("graph_facts_")]
+        assert len(facts) == 1 and report["tables"][facts[0]]["versions_before"] > 1 == \
+            report["tables"][facts[0]]["versions_after"]
 
         monkeypatch.setenv("KBFLOW__GRAPH__SLOTS", "10")  # every chunk a hop reached, in this small manual
         hits = api.search("Are data pages protected by checksums?", data_dir=data, mode="graph", limit=50)
