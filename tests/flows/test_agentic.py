@@ -98,6 +98,13 @@ def test_a_multi_hop_question_searches_again_for_what_the_first_round_found(kb, 
     assert [kind for kind, _ in seen] == ["plan", "check", "check", "answer"]
     decisions = [s.get("decision") for s in result["trace"] if s["step"] == "check"]
     assert decisions == ["next", "done"]
+    # the answer's sources: every search's best hit first, the last hop's included, then every search's second...
+    searches = [search["hits"] for step in result["trace"] if step["step"] == "search" for search in step["searches"]]
+    order = []
+    for rank in range(max(len(hits) for hits in searches)):
+        order += [hits[rank]["chunk_id"] for hits in searches if rank < len(hits)]
+    assert [source["chunk_id"] for source in result["sources"]] == list(dict.fromkeys(order))  # at its best place
+    assert searches[-1][0]["chunk_id"] in [source["chunk_id"] for source in result["sources"][:3]]
 
 
 def test_nothing_useful_rewrites_the_query_and_the_rounds_are_bounded(kb, llm):

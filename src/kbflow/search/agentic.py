@@ -9,7 +9,9 @@
    decides: ``done``, ``next`` (the next search of a multi-hop question) or ``rewrite`` (nothing useful was found:
    the same need, other words). At most
    ``max_rounds`` rounds, and the planning calls together stay under ``max_planner_prompt_tokens``.
-3. **Answer**: the evidence, in the order it was found, answered and cited exactly as plain ``ask`` does.
+3. **Answer**: the evidence, every search's best hits first (rank 1 of each search, then rank 2, ...), answered and
+   cited exactly as plain ``ask`` does; when a local model's window cannot hold it all, each search's weakest hits
+   are left out first, never a whole later hop.
 
 Every planning reply must be the JSON asked for. A reply that is not is recorded in the trace with what was done
 instead (the question searched as it is, or the rounds ended), never passed over in silence. The trace (every
@@ -67,6 +69,8 @@ class Agent:
         self.trace: list[dict] = []
         self.prompt_tokens = 0
         self.calls = 0
+        self._place: dict[str, tuple[int, int]] = {}  # chunk id -> (its best rank in a search, that search)
+        self._searches = 0
 
     def _tokens(self, messages: list[dict]) -> int:
         if hasattr(self.chat, "count_tokens"):
@@ -107,18 +111,22 @@ class Agent:
                 results = list(pool.map(one, range(len(queries))))
         else:
             results = [one(0)]
-        limit = max(limits)
-        for rank in range(limit):  # interleaved: every side of a comparison is in the evidence's first places
-            for hits in results:
-                if rank < len(hits):
-                    evidence.setdefault(hits[rank].chunk_id, hits[rank])
+        for index, hits in enumerate(results):
+            for rank, hit in enumerate(hits):  # a chunk several searches found takes its best place
+                evidence.setdefault(hit.chunk_id, hit)
+                self._place[hit.chunk_id] = min(self._place.get(hit.chunk_id, (rank, self._searches + index)),
+                                                (rank, self._searches + index))
+        self._searches += len(results)
         searches = [{"query": query, "hits": [_hit_row(hit) for hit in hits]} for query, hits in zip(queries, results)]
         self.trace.append({"step": "search", "round": round_no, "why": why, "parallel": len(queries) > 1,
                            "searches": searches})
 
     def retrieve(self, question: str, plain_hits: int) -> tuple[str, list[Hit]]:
-        """(strategy, evidence in the order found). The first round also searches the question as it is, for the
-        ``plain_hits`` hits plain ``ask`` would use: the evidence holds plain ask's, and the rounds can only add."""
+        """(strategy, evidence). The first round also searches the question as it is, for the ``plain_hits`` hits
+        plain ``ask`` would use: the evidence holds plain ask's, and the rounds can only add. The evidence is ordered
+        by rank across the searches: every search's best hit, then every search's second... (searches in the order
+        they ran), so every side of a comparison and every hop is in the first places, and a local model's full
+        window (``ask.pack`` keeps the first hits that fit) drops each search's weakest hits, not the last hop."""
         plan, stopped = self._plan_call("plan", PLAN, f"Question: {question}")
         if stopped:
             self.trace.append({"step": "plan", "why": stopped})
@@ -159,4 +167,4 @@ class Agent:
                 continue
             self.trace[-1]["decision"] = "done" if decision == "done" else "done (no usable decision in the reply)"
             break
-        return strategy, list(evidence.values())
+        return strategy, sorted(evidence.values(), key=lambda hit: self._place[hit.chunk_id])
