@@ -18,6 +18,7 @@ from kbflow.config import load_config
 from kbflow.schemas import MANIFEST
 from kbflow.search.searcher import Searcher, embed_query
 from kbflow.state.manifest import NamespaceState
+from kbflow.stores import SearchFilter
 from kbflow.stores.lancedb_store import LanceStore
 from tests.conftest import CASES
 
@@ -286,3 +287,27 @@ def test_verify_finds_edges_without_their_chunks_and_edges_of_documents_ingested
     rerun = api.ingest([str(manual)], data_dir=data)
     assert rerun["documents"]["new"] == 2 and api.verify("default", data_dir=data)["ok"]
     assert _edges(data) == edges
+
+
+def test_a_sphinx_manual_has_no_permalink_edges_and_its_links_name_the_definitions(tmp_path, monkeypatch):
+    """Two real pages of the Python 3.11 manual (Sphinx): glob.html links to fnmatch.html#fnmatch.fnmatch."""
+    shutil.copytree(CASES / "sphinx", tmp_path / "py")
+    monkeypatch.setenv("KBFLOW__GRAPH__ENABLED", "true")
+    data = tmp_path / "data"
+    api.ingest([str(tmp_path / "py")], data_dir=data)
+    edges = _edges(data)
+    assert not any("¶" in e["label"] or "Permalink" in e["label"] for e in edges)  # the pilcrow self-links are gone
+    defined = {e["target"] for e in edges if e["kind"] == "defines" and e["source_path"] == "py/fnmatch.html"}
+    assert {"fnmatch fnmatch", "fnmatch fnmatchcase", "fnmatch filter", "fnmatch translate"} <= defined
+    link = next(e for e in edges if e["kind"] == "link" and e["anchor"] == "fnmatch.fnmatch")
+    assert link["source_path"] == "py/glob.html" and link["target"] == "py/fnmatch.html"
+
+    searcher = Searcher(load_config(None, data_dir=data), "default")
+    query = "Which function matches a file name against a pattern?"
+    vector = embed_query(searcher.embedder, query)
+    seed = searcher.store.search_vector(vector, 1, SearchFilter(chunk_ids=(link["chunk_id"],)), exact=True)
+    reached = searcher.expander.expand(query, vector, seed, None)
+    named = [h for h in reached if h.extra["path"][-1].startswith(
+        "links to py/fnmatch.html#fnmatch.fnmatch 'fnmatch.fnmatch() | fnmatch.fnmatch', which names: "
+        "py/fnmatch.html § `fnmatch` — Unix filename pattern matching")]
+    assert named and "fnmatch.fnmatch(*filename*, *pattern*)" in named[0].text, [h.extra["path"] for h in reached]

@@ -175,6 +175,26 @@ def test_html_site_banner_and_logo_links_go():
     assert "Download the ebook" not in markdown and "image_left.png" not in markdown
 
 
+def test_html_permalinks_go_and_real_links_stay():
+    """A documentation generator's permalinks (Sphinx's pilcrow after every heading and definition, here a real
+    page of the Python 3.11 manual; MkDocs', Docusaurus' hash links) are not content; links with text stay."""
+    markdown = convert_file(str(FORMATS.parent / "sphinx" / "fnmatch.html"), "sphinx/fnmatch.html",
+                            ConvertConfig()).markdown
+    assert "¶" not in markdown and "Permalink to this" not in markdown
+    assert "\nfnmatch.fnmatch(*filename*, *pattern*)\n:   Test whether" in markdown  # the definition, bare
+    assert "[`fnmatchcase()`](#fnmatch.fnmatchcase \"fnmatch.fnmatchcase\")" in markdown  # a link with text stays
+    assert "[Lib/fnmatch.py](https://github.com/python/cpython/tree/3.11/Lib/fnmatch.py)" in markdown
+    from kbflow.convert.formats.html import convert_html
+
+    page = ("<main><h2>Install<a class='headerlink' href='#install' title='Permalink'>¶</a></h2>"
+            "<h3 id='x'>Use<a href='#x' class='hash-link' aria-label='Direct link'>\u200b</a></h3>"
+            "<h4 id='y'>Tune <a href='#y'>#</a></h4><p>See <a href='#install'>installing</a>, "
+            "<a href='#y'><img src='i.png' alt='icon'></a> and <a href='other.html#a'>¶</a>.</p></main>")
+    assert convert_html(page.encode(), "p.html", 200)[0] == (
+        "## Install\n\n### Use\n\n#### Tune\n\nSee [installing](#install), [![icon](i.png)](#y) and "
+        "[¶](other.html#a).\n")
+
+
 _HTML_EDGES = [
     "<p>No html or body element, a fragment</p><p>second   paragraph\n\n\n\nwith gaps</p>",
     "<html><head><title>T</title><style>p{}</style></head><body><h2>Head <a href='x.html'>link</a></h2>"

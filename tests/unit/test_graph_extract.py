@@ -69,3 +69,17 @@ def test_query_and_anchor_keys_meet_the_term_keys():
     assert "数据校验" in keys and "校验和" in keys
     assert "data checksums" in anchor_keys("GUC-DATA-CHECKSUMS", "")
     assert "off line enabling of checksums" in anchor_keys("X", "30.2.1. Off-line Enabling of Checksums")
+
+
+def test_api_reference_names_are_terms_by_their_dotted_names():
+    """Sphinx writes a definition as its signature ("fnmatch.fnmatch(*filename*, *pattern*)", "*class*
+    io.StringIO(...)") and links to it by its dotted name (#fnmatch.fnmatch): the term, the anchor and a query
+    naming it must meet on one key."""
+    assert defined_term("fnmatch.fnmatch(*filename*, *pattern*)") == "fnmatch.fnmatch"
+    assert defined_term("*class* io.StringIO(*initial\\_value=''*, *newline='\\n'*)") == "io.StringIO"
+    assert defined_term("*exception* OSError") == "OSError"
+    assert defined_term("class of service") == "class of service"  # words that only look like a keyword stay
+    assert term_key("os.path.join") == "os path join" and term_key("Path.stat") == "path stat"
+    assert term_key("version 2.0 ends.") == "version 2 0 ends."  # a dot ending a sentence stays
+    assert "fnmatch fnmatch" in anchor_keys("fnmatch.fnmatch", "fnmatch.fnmatch() | fnmatch.fnmatch")
+    assert "fnmatch fnmatch" in query_term_keys("What does fnmatch.fnmatch return?")

@@ -64,6 +64,14 @@ def test_heading_levels_pop_correctly():
     assert blocks[-1].heading_path == ["A", "D"]
 
 
+def test_a_link_in_a_heading_is_its_text_in_the_heading_path():
+    blocks = split_markdown('# [`glob`](#module-glob "glob: Unix shell style pathname pattern expansion.") — Unix '
+                            'style pathname pattern expansion\n\n## See [![i](i.png)](x.html)\xa0 [there](<a b.html>)\n'
+                            'text\n')
+    assert blocks[0].heading_path == ["`glob` — Unix style pathname pattern expansion"]
+    assert blocks[-1].heading_path[-1] == "See i there"
+
+
 def test_thematic_break_is_a_boundary_block_and_dashes_after_text_stay_setext():
     text = "# A\n\none\n\n* * *\n\ntwo\n---\n\n___\n\n- item\n"
     blocks = split_markdown(text)

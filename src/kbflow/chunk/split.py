@@ -15,7 +15,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-SPLIT_VERSION = "4"  # 3: heading whitespace normalised; 4: navigation blocks
+SPLIT_VERSION = "5"  # 3: heading whitespace normalised; 4: navigation blocks; 5: links in headings as their text
+HEADING_LINK_RE = re.compile(r'!?\[([^\[\]]*)\]\(\s*(?:<[^<>]*>|[^()\s]*)(?:\s+"[^"]*")?\s*\)')  # [text](href "t")
 
 FENCE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 ATX_RE = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
@@ -74,7 +75,13 @@ def _lines(markdown: str):
 
 def normal_heading(title: str) -> str:
     """A heading as it is stored and filtered: whitespace runs (non-breaking spaces from HTML included) become one
-    space, so `--heading '第 6 章 维护和更新：APT 工具'` matches what a page wrote with &nbsp;."""
+    space, so `--heading '第 6 章 维护和更新：APT 工具'` matches what a page wrote with &nbsp;; a link or image in
+    it becomes its text (Sphinx titles a module page "[`glob`](#module-glob "glob: …") — Unix style pathname
+    pattern expansion": the heading path the model reads before each chunk is "`glob` — Unix style …")."""
+    for _ in range(3):  # an image inside a link: the image first, then the link
+        title, replaced = HEADING_LINK_RE.subn(r"\1", title)
+        if not replaced:
+            break
     return " ".join(title.split())
 
 

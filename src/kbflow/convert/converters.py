@@ -25,7 +25,7 @@ from kbflow.convert.objects import read_bytes
 from kbflow.config import ConvertConfig
 from kbflow.errors import ConversionError
 from kbflow.convert.formats.audio import AUDIO_SUFFIXES, audio_fingerprint, transcribe
-from kbflow.convert.formats.html import HTML_SUFFIXES, convert_html
+from kbflow.convert.formats.html import HTML_SUFFIXES, HTML_VERSION, convert_html
 from kbflow.convert.formats.ocr import IMAGE_SUFFIXES, image_array, ocr_fingerprint, ocr_text
 from kbflow.convert.formats.pdf import convert_pdf
 from kbflow.convert.formats.text import (CSV_SUFFIXES, TEXT_SUFFIXES, check_lines, code_language, csv_table, decode_text,
@@ -48,7 +48,7 @@ def converter_fingerprint(options: ConvertConfig | None = None) -> str:
     re-converts."""
     options = options or ConvertConfig()
     output_options = (f"pdf={options.pdf_engine},ocr={options.ocr}/{options.ocr_pdf_dpi}dpi,"
-                      f"line<={options.max_line_chars},depth<={options.html_max_depth}")
+                      f"line<={options.max_line_chars},html=v{HTML_VERSION},depth<={options.html_max_depth}")
     return (f"kbflow-convert-v{CONVERT_VERSION}+markitdown@{version('markitdown')}+pypdfium2@{version('pypdfium2')}"
             f"+{ocr_fingerprint(options.ocr_max_side)}+{audio_fingerprint(options)}"
             f"+[{output_options}]")
@@ -67,7 +67,7 @@ def format_fingerprint(options: ConvertConfig, name: str) -> str:
     if suffix in AUDIO_SUFFIXES:
         return f"{base}+{audio_fingerprint(options)}"
     if suffix in HTML_SUFFIXES:
-        return f"{base}+markitdown@{version('markitdown')}+depth<={options.html_max_depth}"
+        return f"{base}+html-v{HTML_VERSION}+markitdown@{version('markitdown')}+depth<={options.html_max_depth}"
     if suffix in MARKITDOWN_FORMATS or suffix == ".pdf":
         return f"{base}+markitdown@{version('markitdown')}"
     return f"{base}+text+line<={options.max_line_chars}"

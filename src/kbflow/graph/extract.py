@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from kbflow.schemas import EDGES
 
-GRAPH_VERSION = "1"
+GRAPH_VERSION = "2"  # 2: dotted names as words (os.path.join), signature keywords dropped
 STRUCTURE = f"structure@{GRAPH_VERSION}"
 
 # [text](href "title"): the innermost brackets (a glossary's [*[datum](…)*](…) yields the inner link)
@@ -37,6 +37,10 @@ CODE_RE = re.compile(r"`([^`]+)`")
 SECTION_NUMBER_RE = re.compile(r"^(?:[A-Z]|\d+)(?:\.\d+)*\.\s+")  # "12.3. ", "E.5.1. " (the chunker's own rule)
 MARKUP_RE = re.compile(r"[*`\[\]]|\([^)]*\)$")  # emphasis, code, brackets; a trailing "(process)"
 MAX_TERM_CHARS = 80
+DOTTED_RE = re.compile(r"(?<=\w)\.(?=\w)")
+# what an API reference writes before a defined name (Sphinx: "class io.StringIO(...)", "exception OSError")
+SIGNATURE_WORDS_RE = re.compile(r"^(?:(?:abstract|async|await|class|classmethod|coroutine|exception|final|property|"
+                                r"staticmethod)\s+)+(?=[A-Za-z_][\w.]*$)")
 ESCAPE_RE = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|~<>])")  # Markdown's backslash escapes (effective\_cache\_size)
 
 
@@ -53,8 +57,9 @@ def extractor_fingerprint(enabled: bool, llm_extractor: str | None = None) -> st
 
 
 def term_key(text: str) -> str:
-    """A term as queries are matched against it: lowercase, '_' and '-' as spaces, single spaces."""
-    return " ".join(re.sub(r"[_\-]+", " ", text.lower()).split())
+    """A term as queries are matched against it: lowercase; '_', '-' and a '.' between two word characters
+    (os.path.join, Path.stat) as spaces; single spaces."""
+    return " ".join(DOTTED_RE.sub(" ", re.sub(r"[_\-]+", " ", text.lower())).split())
 
 
 def defined_term(line: str) -> str | None:
@@ -64,6 +69,7 @@ def defined_term(line: str) -> str | None:
     code = CODE_RE.match(line)
     term = code.group(1) if code else LINK_RE.sub(lambda m: m.group(1), line)
     term = MARKUP_RE.sub("", unescape_markdown(term)).strip().rstrip(":").strip()
+    term = SIGNATURE_WORDS_RE.sub("", term)
     return term if 2 <= len(term) <= MAX_TERM_CHARS else None
 
 

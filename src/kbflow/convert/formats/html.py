@@ -4,6 +4,9 @@
   thematic break line ``* * *`` (blank lines around it), which the split stage treats as a hard chunk boundary.
 - Navigation, page-level headers/footers, scripts, styles and embedded objects are removed before conversion; nothing
   is executed or fetched.
+- Permalinks are removed: the "¶" or "#" a documentation generator (Sphinx, MkDocs, Docusaurus...) puts after every
+  heading and definition, linking to itself. Kept, they were link markup in every heading path the model reads
+  before a chunk ("Methods[¶](#methods "Permalink to this heading")") and a self-link per definition in the graph.
 - Nesting deeper than ``convert.html_max_depth`` is refused before parsing (the converter is recursive).
 """
 
@@ -22,6 +25,9 @@ HTML_DROP_CLASSES = re.compile(r"\b(navheader|navfooter|navigation|docnav|breadc
 HTML_DROP_IDS = re.compile(r"^(banner|navbar|nav|sidebar|breadcrumbs?|site-(header|footer|nav))$", re.I)
 HTML_DROP_ROLES = ("navigation", "banner", "contentinfo")  # ARIA landmarks of the site, not the document
 HEADINGS = ("h1", "h2", "h3", "h4", "h5", "h6")
+HTML_VERSION = "2"  # bump when the Markdown made of the same page changes (2: permalinks removed)
+PERMALINK_CLASSES = re.compile(r"^(headerlink|hash-link|anchorjs-link|anchor-link|permalink)$", re.I)
+PERMALINK_TEXTS = {"¶", "#", "§", "🔗", "\u200b", ""}  # what such a link shows (Docusaurus: a zero-width space)
 SECTIONING = ("section", "article")
 SECTION_BREAK = "* * *"
 _MARKER = "KBFLOWSECTIONBREAKMARKER"
@@ -129,6 +135,18 @@ def _furniture_classes(element) -> bool:
         (len(classes) != 1 and HTML_DROP_CLASSES.search(" ".join(classes)) is not None)
 
 
+def _permalink(link) -> bool:
+    """A link to its own place on the page that shows only a pilcrow, a hash or nothing (a generator's permalink),
+    or has a permalink class, and holds no image."""
+    href = link.get("href")
+    if not isinstance(href, str) or not href.startswith("#") or link.find("img") is not None:
+        return False
+    classes = link.get("class") or []
+    if any(PERMALINK_CLASSES.match(c) for c in ([classes] if isinstance(classes, str) else classes)):
+        return True
+    return link.get_text(strip=True) in PERMALINK_TEXTS
+
+
 def clean_soup(text: str):
     """The parsed page, its content only, with section boundaries marked.
 
@@ -167,9 +185,12 @@ def clean_soup(text: str):
     for element in classed:
         if not element.decomposed:
             element.decompose()
-    for element in links:  # a logo: an image link with no text, outside the document's content
-        if not element.decomposed and element.find("img") is not None and not element.get_text(strip=True) and \
-                not _inside(element, content):
+    for element in links:
+        if element.decomposed:
+            continue
+        if element.find("img") is not None and not element.get_text(strip=True) and not _inside(element, content):
+            element.decompose()  # a logo: an image link with no text, outside the document's content
+        elif _permalink(element):
             element.decompose()
     for element in ids + roles:
         if not element.decomposed:
