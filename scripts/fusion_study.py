@@ -163,6 +163,9 @@ def study(work: Path, out: Path, depth: int, previous: Path | None = None) -> di
         earlier = json.loads(previous.read_text())
         if earlier["depth"] != depth:
             raise SystemExit(f"{previous} was scored at depth {earlier['depth']}, this study at {depth}")
+        variants = {f"{v}:{p:g}" for v, p in VARIANTS}
+        if any(set(scores) != variants for scores in earlier["ndcg@10"].values()):
+            raise SystemExit(f"{previous} scored other variants than this study's VARIANTS: collect its sets again")
         table = {**{n: t for n, t in earlier["ndcg@10"].items() if n not in table}, **table}
     names = sorted(table)
     fused = [key for key in next(iter(table.values())) if not key.startswith(("vector", "bm25"))]

@@ -355,6 +355,8 @@ def main() -> None:
                         "in --out to list every page of the manual (the same questions over the corpus a user "
                         "would ingest)")
     args = parser.parse_args()
+    if args.whole_manual and not args.files_only:
+        parser.error("--whole-manual rewrites a copy's corpus.jsonl: use it with --files-only")
     if args.files_only:
         out = Path(args.out)
         pages = read_pages(args.archive)

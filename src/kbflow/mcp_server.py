@@ -92,8 +92,8 @@ class Tools:
                mode: Annotated[Mode | None, Field(
                    description="hybrid (default: meaning and exact words), vector (meaning), bm25 (exact words, "
                    "names, error codes), rerank (hybrid, reordered by the configured reranker), graph (hybrid, with the "
-                   "passage its best hits link to inserted after its first 3; each says why: 'path'; needs "
-                   "graph.enabled).")] = None,
+                   "passages its best hits link to inserted after its first hits, graph.insert_after; each says "
+                   "why: 'path'; needs graph.enabled).")] = None,
                source_glob: Annotated[str | None, Field(
                    description="Only files whose path matches this glob, e.g. 'manual/*.html'.")] = None,
                heading_prefix: Annotated[list[str] | None, Field(

@@ -153,8 +153,9 @@ def _check_graph(graph: GraphStore, stored_by_doc: dict[str, set[str]], listed: 
     if dangling:
         findings.append(Finding("graph", "graph edges leave chunks the store does not hold", sorted(dangling)))
     if graph_off:
-        findings.append(Finding("graph-off", "graph edges of documents the manifest says were ingested with the "
-                                             "graph stage off", sorted(graph_off)))
+        findings.append(Finding("graph-off", "graph edges of documents whose manifest row names no graph extractor "
+                                             "(ingested with the graph stage off, or a run died between writing "
+                                             "them and the manifest)", sorted(graph_off)))
     return edges.num_rows
 
 

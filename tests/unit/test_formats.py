@@ -188,10 +188,12 @@ def test_html_permalinks_go_and_real_links_stay():
 
     page = ("<main><h2>Install<a class='headerlink' href='#install' title='Permalink'>¶</a></h2>"
             "<h3 id='x'>Use<a href='#x' class='hash-link' aria-label='Direct link'>\u200b</a></h3>"
-            "<h4 id='y'>Tune <a href='#y'>#</a></h4><p>See <a href='#install'>installing</a>, "
+            "<h4 id='y'>Tune <a href='#y'>#</a></h4><h5><a class='headerlink' href='#c'>Configuration</a></h5>"
+            "<p>See <a href='#install'>installing</a>, "
             "<a href='#y'><img src='i.png' alt='icon'></a> and <a href='other.html#a'>¶</a>.</p></main>")
     assert convert_html(page.encode(), "p.html", 200)[0] == (
-        "## Install\n\n### Use\n\n#### Tune\n\nSee [installing](#install), [![icon](i.png)](#y) and "
+        "## Install\n\n### Use\n\n#### Tune\n\n##### [Configuration](#c)\n\nSee [installing](#install), "
+        "[![icon](i.png)](#y) and "
         "[¶](other.html#a).\n")
 
 

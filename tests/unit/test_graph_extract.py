@@ -79,6 +79,8 @@ def test_api_reference_names_are_terms_by_their_dotted_names():
     assert defined_term("*class* io.StringIO(*initial\\_value=''*, *newline='\\n'*)") == "io.StringIO"
     assert defined_term("*exception* OSError") == "OSError"
     assert defined_term("class of service") == "class of service"  # words that only look like a keyword stay
+    assert defined_term("class variable") == "class variable"  # the Python glossary's entries: not emphasised
+    assert defined_term("coroutine function") == "coroutine function"
     assert term_key("os.path.join") == "os path join" and term_key("Path.stat") == "path stat"
     assert term_key("version 2.0 ends.") == "version 2 0 ends."  # a dot ending a sentence stays
     assert "fnmatch fnmatch" in anchor_keys("fnmatch.fnmatch", "fnmatch.fnmatch() | fnmatch.fnmatch")

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 
 SPLIT_VERSION = "5"  # 3: heading whitespace normalised; 4: navigation blocks; 5: links in headings as their text
-HEADING_LINK_RE = re.compile(r'!?\[([^\[\]]*)\]\(\s*(?:<[^<>]*>|[^()\s]*)(?:\s+"[^"]*")?\s*\)')  # [text](href "t")
+HEADING_LINK_RE = re.compile(r'!?\[([^\[\]]*)\]\(\s*+(?:<[^<>]*>|[^()\s]*+)(?:\s++"[^"]*")?\s*+\)')  # [text](href "t")
 
 FENCE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 ATX_RE = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")

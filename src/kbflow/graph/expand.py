@@ -10,7 +10,8 @@ inserted below its first places; every hit says why it was returned.
    the chunks naming each relation's target entity. The chunks reached are the next hop's seeds.
 3. The ranking (``insert``): hybrid's first ``graph.insert_after`` hits, then the ``graph.slots`` chunks reached by
    a hop that are closest to the query (cosine similarity), then the rest of hybrid's hits in their order. The graph
-   moves a hybrid hit down by ``slots`` places at most and never reorders them: fusing the graph's list into the
+   moves a hybrid hit down by ``slots`` places at most and keeps their order (an inserted chunk may be one hybrid
+   ranked lower, moved up): fusing the graph's list into the
    ranking (RRF, weighted RRF) lost 5-18 nDCG points to hybrid on the relation sets, inserting is within ±0.5
    (docs/retrieval.md#graph-search).
 

@@ -38,9 +38,10 @@ SECTION_NUMBER_RE = re.compile(r"^(?:[A-Z]|\d+)(?:\.\d+)*\.\s+")  # "12.3. ", "E
 MARKUP_RE = re.compile(r"[*`\[\]]|\([^)]*\)$")  # emphasis, code, brackets; a trailing "(process)"
 MAX_TERM_CHARS = 80
 DOTTED_RE = re.compile(r"(?<=\w)\.(?=\w)")
-# what an API reference writes before a defined name (Sphinx: "class io.StringIO(...)", "exception OSError")
-SIGNATURE_WORDS_RE = re.compile(r"^(?:(?:abstract|async|await|class|classmethod|coroutine|exception|final|property|"
-                                r"staticmethod)\s+)+(?=[A-Za-z_][\w.]*$)")
+# what an API reference writes, emphasised, before a defined name (Sphinx: "*class* io.StringIO(...)",
+# "*exception* OSError"); a glossary's "class variable" or "coroutine function" is not emphasised and stays whole
+SIGNATURE_WORDS_RE = re.compile(r"^(?:\*(?:abstract|async|await|class|classmethod|coroutine|exception|final|property|"
+                                r"staticmethod)\*\s+)+")
 ESCAPE_RE = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|~<>])")  # Markdown's backslash escapes (effective\_cache\_size)
 
 
@@ -68,8 +69,7 @@ def defined_term(line: str) -> str | None:
     line = line.strip()
     code = CODE_RE.match(line)
     term = code.group(1) if code else LINK_RE.sub(lambda m: m.group(1), line)
-    term = MARKUP_RE.sub("", unescape_markdown(term)).strip().rstrip(":").strip()
-    term = SIGNATURE_WORDS_RE.sub("", term)
+    term = MARKUP_RE.sub("", SIGNATURE_WORDS_RE.sub("", unescape_markdown(term))).strip().rstrip(":").strip()
     return term if 2 <= len(term) <= MAX_TERM_CHARS else None
 
 

@@ -26,7 +26,6 @@ HTML_DROP_IDS = re.compile(r"^(banner|navbar|nav|sidebar|breadcrumbs?|site-(head
 HTML_DROP_ROLES = ("navigation", "banner", "contentinfo")  # ARIA landmarks of the site, not the document
 HEADINGS = ("h1", "h2", "h3", "h4", "h5", "h6")
 HTML_VERSION = "2"  # bump when the Markdown made of the same page changes (2: permalinks removed)
-PERMALINK_CLASSES = re.compile(r"^(headerlink|hash-link|anchorjs-link|anchor-link|permalink)$", re.I)
 PERMALINK_TEXTS = {"¶", "#", "§", "🔗", "\u200b", ""}  # what such a link shows (Docusaurus: a zero-width space)
 SECTIONING = ("section", "article")
 SECTION_BREAK = "* * *"
@@ -136,14 +135,12 @@ def _furniture_classes(element) -> bool:
 
 
 def _permalink(link) -> bool:
-    """A link to its own place on the page that shows only a pilcrow, a hash or nothing (a generator's permalink),
-    or has a permalink class, and holds no image."""
+    """A link to a place on the same page (``href="#…"``) that shows only a pilcrow, a hash, a section sign, a link
+    symbol or nothing, and holds no image: a documentation generator's permalink (Sphinx's and MkDocs' ``¶``,
+    Docusaurus' zero-width space, an icon font's empty link). A link with words stays, whatever its class."""
     href = link.get("href")
     if not isinstance(href, str) or not href.startswith("#") or link.find("img") is not None:
         return False
-    classes = link.get("class") or []
-    if any(PERMALINK_CLASSES.match(c) for c in ([classes] if isinstance(classes, str) else classes)):
-        return True
     return link.get_text(strip=True) in PERMALINK_TEXTS
 
 
