@@ -14,6 +14,9 @@ from kbflow.state.lock import NamespaceLocked
 from kbflow.state.object_lock import ObjectLock
 
 pytest.importorskip("moto.server")
+# seconds: a holder renews every LEASE / 3; under a loaded CI machine (2 cores, two test workers, the S3 server in
+# the same process) a 1 s lease missed its renewals by a few hundred ms once, and check() rightly refused
+LEASE = 2.0
 
 
 def test_one_run_holds_the_lease_and_the_next_takes_it_after_release(s3):
@@ -55,19 +58,19 @@ def test_of_many_racing_runs_exactly_one_takes_the_lease(s3):
 def test_a_renewed_lease_is_kept_and_a_dead_runs_lease_is_taken_over(s3):
     client, bucket = s3
     url = f"s3://{bucket}/state/ns"
-    alive = ObjectLock(url, "ns", lease_s=1.0)
+    alive = ObjectLock(url, "ns", lease_s=LEASE)
     alive.acquire()
-    time.sleep(3.5)  # past twice the lease: only the renewals keep it
+    time.sleep(2 * LEASE + 1.5)  # past twice the lease: only the renewals keep it
     with pytest.raises(NamespaceLocked, match="being ingested"):
-        ObjectLock(url, "ns", lease_s=1.0).acquire()
+        ObjectLock(url, "ns", lease_s=LEASE).acquire()
     alive.check()
 
     alive._stop.set()  # the holder dies: no more renewals, no release
     alive._renewer.join()
-    time.sleep(3.5)  # over twice the lease even as the store's whole seconds count it
+    time.sleep(2 * LEASE + 1.5)  # over twice the lease even as the store's whole seconds count it
     with pytest.raises(NamespaceLocked, match="last renewed"):
         alive.check()  # the stalled run stops before writing: another may take over now
-    taker = ObjectLock(url, "ns", lease_s=1.0)
+    taker = ObjectLock(url, "ns", lease_s=LEASE)
     taker.acquire()
     alive.release()  # the stalled run coming back does not delete the new holder's lease
     holder = json.loads(client.get_object(Bucket=bucket, Key="state/ns/ingest.lock")["Body"].read())
@@ -79,13 +82,13 @@ def test_a_renewed_lease_is_kept_and_a_dead_runs_lease_is_taken_over(s3):
 def test_a_run_taken_over_while_stalled_knows_it(s3):
     _, bucket = s3
     url = f"s3://{bucket}/state/ns"
-    stalled = ObjectLock(url, "ns", lease_s=1.0)
+    stalled = ObjectLock(url, "ns", lease_s=LEASE)
     stalled.acquire()
     with stalled._mutex:  # stalled: holds up its own renewals past twice the lease
-        time.sleep(3.5)
-        taker = ObjectLock(url, "ns", lease_s=1.0)
+        time.sleep(2 * LEASE + 1.5)
+        taker = ObjectLock(url, "ns", lease_s=LEASE)
         taker.acquire()
-    time.sleep(1.0)  # its next renewal is refused: the lease is not its own any more
+    time.sleep(LEASE)  # its next renewal is refused: the lease is not its own any more
     with pytest.raises(NamespaceLocked, match="another run took over"):
         stalled.check()
     stalled.release()
