@@ -181,6 +181,7 @@ def test_html_permalinks_go_and_real_links_stay():
     markdown = convert_file(str(FORMATS.parent / "sphinx" / "fnmatch.html"), "sphinx/fnmatch.html",
                             ConvertConfig()).markdown
     assert "¶" not in markdown and "Permalink to this" not in markdown
+    assert "[ ]" not in markdown  # the theme's menu toggle, a checkbox: it was a chunk of its own on every page
     assert "\nfnmatch.fnmatch(*filename*, *pattern*)\n:   Test whether" in markdown  # the definition, bare
     assert "[`fnmatchcase()`](#fnmatch.fnmatchcase \"fnmatch.fnmatchcase\")" in markdown  # a link with text stays
     assert "[Lib/fnmatch.py](https://github.com/python/cpython/tree/3.11/Lib/fnmatch.py)" in markdown
@@ -195,6 +196,17 @@ def test_html_permalinks_go_and_real_links_stay():
         "## Install\n\n### Use\n\n#### Tune\n\n##### [Configuration](#c)\n\nSee [installing](#install), "
         "[![icon](i.png)](#y) and "
         "[¶](other.html#a).\n")
+
+
+
+def test_html_form_controls_go_and_a_task_lists_checkboxes_stay():
+    from kbflow.convert.formats.html import convert_html
+
+    page = ("<ul><li><input type='checkbox' checked disabled> done</li><li><input type='checkbox' disabled> todo</li>"
+            "</ul><p>Search <input type='text' name='q'> <input type='checkbox'> <button>Go</button> "
+            "<select><option>3.11</option></select> end</p>")
+    lines = convert_html(page.encode(), "p.html", 200)[0].splitlines()
+    assert lines[:2] == ["* [x]  done", "* [ ]  todo"] and lines[3].split() == ["Search", "end"]
 
 
 _HTML_EDGES = [

@@ -4,6 +4,8 @@
   thematic break line ``* * *`` (blank lines around it), which the split stage treats as a hard chunk boundary.
 - Navigation, page-level headers/footers, scripts, styles and embedded objects are removed before conversion; nothing
   is executed or fetched.
+- Form controls are removed (inputs, buttons, selects: a theme's menu toggle became a "[ ]" chunk on every page of
+  the Python manual), except a task list's checkbox.
 - Permalinks are removed: the "¶" or "#" a documentation generator (Sphinx, MkDocs, Docusaurus...) puts after every
   heading and definition, linking to itself. Kept, they were link markup in every heading path the model reads
   before a chunk ("Methods[¶](#methods "Permalink to this heading")") and a self-link per definition in the graph.
@@ -19,13 +21,14 @@ from kbflow.errors import ConversionError
 
 HTML_SUFFIXES = {".html", ".htm", ".xhtml"}
 # page furniture that is not content: navigation bars, headers and footers, scripts (never run or fetched)
-HTML_DROP_TAGS = ("script", "style", "noscript", "nav", "iframe", "object", "embed", "template", "svg", "canvas")
+HTML_DROP_TAGS = ("script", "style", "noscript", "nav", "iframe", "object", "embed", "template", "svg", "canvas",
+                  "button", "select")
 HTML_PAGE_FURNITURE = ("header", "footer")  # dropped at page level; inside an article they may hold its title
 HTML_DROP_CLASSES = re.compile(r"\b(navheader|navfooter|navigation|docnav|breadcrumbs?|sidebar|skip-?link)\b", re.I)
 HTML_DROP_IDS = re.compile(r"^(banner|navbar|nav|sidebar|breadcrumbs?|site-(header|footer|nav))$", re.I)
 HTML_DROP_ROLES = ("navigation", "banner", "contentinfo")  # ARIA landmarks of the site, not the document
 HEADINGS = ("h1", "h2", "h3", "h4", "h5", "h6")
-HTML_VERSION = "2"  # bump when the Markdown made of the same page changes (2: permalinks removed)
+HTML_VERSION = "2"  # bump when the Markdown made of the same page changes (2: permalinks, form controls removed)
 PERMALINK_TEXTS = {"¶", "#", "§", "🔗", "\u200b", ""}  # what such a link shows (Docusaurus: a zero-width space)
 SECTIONING = ("section", "article")
 SECTION_BREAK = "* * *"
@@ -148,12 +151,13 @@ def clean_soup(text: str):
     """The parsed page, its content only, with section boundaries marked.
 
     One walk over the tree finds every candidate; the rules then apply in order (markup that is never content,
-    page furniture, navigation classes, logo links, navigation ids, ARIA landmarks), each skipping what an
-    earlier one removed: the same result as one ``find_all`` per rule, in a third of the time."""
+    page furniture, navigation classes, logo links and permalinks, navigation ids, ARIA landmarks, form inputs),
+    each skipping what an earlier one removed: the same result as one ``find_all`` per rule, in a third of the
+    time."""
     from bs4 import BeautifulSoup, Tag  # installed with markitdown
 
     soup = BeautifulSoup(text, "html.parser")
-    drop, furniture, classed, links, ids, roles = [], [], [], [], [], []
+    drop, furniture, classed, links, ids, roles, inputs = [], [], [], [], [], [], []
     for element in soup.descendants:
         if not isinstance(element, Tag):
             continue
@@ -164,6 +168,8 @@ def clean_soup(text: str):
             furniture.append(element)
         elif name == "a":
             links.append(element)
+        elif name == "input":
+            inputs.append(element)
         if element.attrs:
             if _furniture_classes(element):
                 classed.append(element)
@@ -191,6 +197,10 @@ def clean_soup(text: str):
             element.decompose()
     for element in ids + roles:
         if not element.decomposed:
+            element.decompose()
+    for element in inputs:  # form controls ("[ ]" for a theme's menu toggle, a search box) are not content; a task
+        # list's checkbox is ("[x] done")
+        if not element.decomposed and not (element.get("type") == "checkbox" and _inside(element, ("li",))):
             element.decompose()
     _mark_section_boundaries(soup)
     return soup
