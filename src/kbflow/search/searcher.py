@@ -4,7 +4,8 @@ multi-query expansion (MQE) or hypothetical-document search (HyDE).
 Scores are in the mode's own unit (``Hit.extra`` keeps the inputs): vector = cosine similarity (-1..1);
 bm25 = BM25 score (≥ 0); hybrid = RRF sum (≤ 2/(rrf_k+1)) or weighted min-max (0..1); rerank = the reranker's
 score; graph = hybrid's scores, with the chunks inserted from the graph scored as the hybrid hit below them, each
-hit with the path that reached it (``kbflow.graph.expand``). With MQE, the lists of every phrasing are fused again by RRF, so scores are RRF sums.
+hit with the path that reached it (``kbflow.graph.expand``). With MQE, the lists of every phrasing are fused again
+by RRF, so scores are RRF sums.
 """
 
 from __future__ import annotations
