@@ -8,7 +8,6 @@ given age; a namespace's table is optimized under its namespace lock, so never u
 
 from __future__ import annotations
 
-import re
 from datetime import timedelta
 
 
@@ -17,12 +16,9 @@ from kbflow.config import KbConfig, check_namespace
 from kbflow.state.lock import namespace_lock
 from kbflow.state.manifest import NamespaceState
 from kbflow.engine.reembed import remove_superseded
+from kbflow.graph.llm_extract import FACT_TABLE_RE
 from kbflow import storage
 from kbflow.stores.factory import store_uri
-
-
-FACT_CACHE_RE = re.compile(r"graph_facts_[0-9a-f]{16}")  # kbflow.graph.llm_extract's tables (not the graph of a
-# namespace named facts_…, which its namespace's loop compacts under its lock)
 
 
 def _namespaces(config: KbConfig, namespaces: list[str] | None) -> list[str]:
@@ -83,8 +79,9 @@ def prune(config: KbConfig, keep_runs: int, namespaces: list[str] | None = None,
                 report["tables"][graph_table] = _optimize(db.open_table(graph_table), versions_older_than)
         if not storage.is_remote(state.root) and state.root.is_dir() and not any(state.root.iterdir()):  # the lock made the folder; a namespace never ingested keeps no trace
             state.root.rmdir()
-    # the vector caches and the LLM fact caches (graph.llm_extract): append-only, shared by namespaces
-    for table_name in sorted(t for t in tables if t.startswith("vectors_") or FACT_CACHE_RE.fullmatch(t)):
+    # the vector caches and the LLM fact caches (graph.llm_extract): append-only, shared by namespaces (a namespace
+    # named facts_… has its graph table compacted above, under its lock)
+    for table_name in sorted(t for t in tables if t.startswith("vectors_") or FACT_TABLE_RE.fullmatch(t)):
         report["tables"][table_name] = _optimize(db.open_table(table_name), versions_older_than)
     days = config.flow.cache_days if result_days is None else result_days
     report["results_removed"] = housekeeping.prune_results(data_dir / "prefect" / "results", days)

@@ -141,9 +141,7 @@ def _check_graph(graph: GraphStore, stored_by_doc: dict[str, set[str]], listed: 
     """Edges must leave a chunk their document holds in the store (a crash or a bug that wrote edges and not the
     chunks, or deleted a document and not its edges, leaves them dangling), and only documents whose manifest row
     names a graph extractor have edges (the graph stage was on for them)."""
-    if not graph.exists():
-        return 0
-    edges = graph.table.search().select(["chunk_id", "doc_id"]).limit(None).to_arrow()
+    edges = graph.columns(["chunk_id", "doc_id"])
     dangling, graph_off = set(), set()
     for chunk_id, doc_id in zip(edges.column("chunk_id").to_pylist(), edges.column("doc_id").to_pylist()):
         if chunk_id not in stored_by_doc.get(doc_id, ()):

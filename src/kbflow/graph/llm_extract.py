@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -60,6 +61,9 @@ def facts_of(reply: str) -> dict:
     relations = [{key: str(r[key]).strip()[:80] for key in parts} for r in parsed.get("relations", [])
                  if isinstance(r, dict) and all(str(r.get(key, "")).strip() for key in parts)]
     return {"entities": entities[:MAX_ITEMS], "relations": relations[:MAX_ITEMS]}
+
+
+FACT_TABLE_RE = re.compile(r"graph_facts_[0-9a-f]{16}")  # one table per extractor (not a namespace's graph_<ns>)
 
 
 class FactCache:

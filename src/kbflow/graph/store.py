@@ -88,11 +88,15 @@ class GraphStore:
             return EDGES.empty_table()
         return self.table.to_arrow().select(EDGES.names).sort_by("edge_id")
 
+    def columns(self, names: list[str]) -> pa.Table:
+        """These columns of every edge (counts, ``kbflow verify``)."""
+        if not self.exists():
+            return EDGES.empty_table().select(names)
+        return self.table.search().select(names).limit(None).to_arrow()
+
     def counts(self) -> dict[str, int]:
         """Edges by kind."""
-        if not self.exists():
-            return {}
-        kinds = self.table.search().select(["kind"]).limit(None).to_arrow().column("kind").to_pylist()
+        kinds = self.columns(["kind"]).column("kind").to_pylist()
         return {kind: kinds.count(kind) for kind in sorted(set(kinds))}
 
     def clear(self) -> None:

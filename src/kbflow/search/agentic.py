@@ -114,8 +114,8 @@ class Agent:
         for index, hits in enumerate(results):
             for rank, hit in enumerate(hits):  # a chunk several searches found takes its best place
                 evidence.setdefault(hit.chunk_id, hit)
-                self._place[hit.chunk_id] = min(self._place.get(hit.chunk_id, (rank, self._searches + index)),
-                                                (rank, self._searches + index))
+                place = (rank, self._searches + index)
+                self._place[hit.chunk_id] = min(self._place.get(hit.chunk_id, place), place)
         self._searches += len(results)
         searches = [{"query": query, "hits": [_hit_row(hit) for hit in hits]} for query, hits in zip(queries, results)]
         self.trace.append({"step": "search", "round": round_no, "why": why, "parallel": len(queries) > 1,
