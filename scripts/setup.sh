@@ -11,4 +11,7 @@ fi
 [ -x .venv/bin/python ] || "$PYTHON_BIN" -m venv .venv
 # CPU torch first: without it pip would pull a multi-GB CUDA build for sentence-transformers
 .venv/bin/pip install --quiet --disable-pip-version-check torch==2.13.0
-.venv/bin/pip install --quiet --disable-pip-version-check -e '.[test,bench]'
+# uv resolves kbflow's ~250 dependencies in seconds (pip's own resolver has backtracked for over 20 minutes on this
+# set); the constraints pin the versions the suite passed with. uv keeps the CPU torch installed above.
+.venv/bin/pip install --quiet --disable-pip-version-check uv==0.13.9
+.venv/bin/uv pip install --quiet --python .venv/bin/python -c scripts/constraints.txt -e '.[test,bench]'
