@@ -1,0 +1,196 @@
+"""Check that every figure the docs cite from a benchmark JSON is in that JSON.
+
+The convention (docs/benchmarks.md, "How a figure cites its JSON"): a figure is written with a link to the JSON it
+comes from right after it, e.g. ``warm `add_text` 0.27 s ([overhead.json](bench/overhead.json))``. For every link
+to a ``.json`` file under ``docs/`` in README.md and docs/*.md, this script takes the numbers written just before
+the link (back to the previous link, the start of the line or table cell, a ``;``, a parenthesis or the end of a
+sentence), and every number of a table row whose last cell is nothing but such links (a "source" column) and looks each one up among the numbers of the JSON file, at the precision it is written with:
+``0.27`` matches 0.272 but not 0.1 or 0.3. A percentage also matches a share (``91.5 %`` ↔ 0.915); a time, size
+or count may be written in the next unit (``1.4 s`` ↔ 1396 ms, ``14.7 KB``, ``12.8k``, ``1M``). Numbers in
+`inline code`, dotted versions (``15.18``) and names (``p50``, ``nDCG@10``, ``e5``) are not figures.
+
+    .venv/bin/python scripts/check_figures.py            # exit 1, listing each figure not found
+    .venv/bin/python scripts/check_figures.py --list     # every figure checked, and where it was found
+
+Only the standard library; tests/unit/test_docs.py runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+LINK_RE = re.compile(r"!?\[([^\]]*)\]\(([^)\s]+)\)")
+FENCE_RE = re.compile(r"^(```|~~~)")
+CODE_RE = re.compile(r"`[^`]*`")
+# a number: not glued to a name (p50, e5, nDCG@10, v4, 15.18.0), with thousands separators, decimals and a k/M suffix
+NUMBER_RE = re.compile(
+    r"(?<![\w.@/#^])(?<![A-Za-z_]-)(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?(?!\.\d)(?![\w]*\d)([kM](?![A-Za-z]))?"
+    r"(\s?(?:%|ms\b|s\b|KB\b|MB\b|GB\b|TB\b|×|x\b))?")
+BOUNDARY_RE = re.compile(r"[|;()]|\.\s|\.$|\]\([^)]*\)")
+_BYTES = tuple(sorted({base ** power for base in (1000, 1024) for power in range(-4, 5)}))
+# a JSON number times one of these may be what is written: a share as a percentage, seconds as ms, bytes as GB
+SCALES = {"%": (1, 100), "ms": (1, 1000, 0.001), "s": (1, 1000, 0.001),
+          "KB": _BYTES, "MB": _BYTES, "GB": _BYTES, "TB": _BYTES}
+
+
+@dataclass
+class Figure:
+    doc: Path
+    line: int
+    text: str  # as written
+    value: float
+    tolerance: float
+    unit: str
+    json_paths: list[Path]
+
+
+def docs_to_check(repo: Path = REPO) -> list[Path]:
+    return [repo / "README.md", *sorted((repo / "docs").glob("*.md"))]
+
+
+def json_numbers(path: Path) -> list[float]:
+    found: list[float] = []
+
+    def walk(node):
+        if isinstance(node, bool):
+            return
+        if isinstance(node, (int, float)):
+            if math.isfinite(node):
+                found.append(float(node))
+        elif isinstance(node, dict):
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(json.loads(path.read_text(encoding="utf-8")))
+    return found
+
+
+def figures_before(span: str) -> list[tuple[str, float, float, str]]:
+    """(as written, value, tolerance, unit) of each number in the span."""
+    span = CODE_RE.sub(" ", span)
+    out = []
+    for match in NUMBER_RE.finditer(span):
+        after = span[match.end():match.end() + 2]
+        if not (match.group(3) or match.group(4)) and (after[:1].isalpha() or re.match(r"-[A-Za-z]", after)):
+            continue  # a name such as 1.5B, 3D or 384-d, not a figure
+        whole, decimals, suffix, unit = match.group(1), match.group(2) or "", match.group(3) or "", match.group(4)
+        value = float(whole.replace(",", "") + ("." + decimals if decimals else ""))
+        tolerance = 0.5 * 10 ** -len(decimals) + 1e-9
+        if suffix:
+            scale = 1000 if suffix == "k" else 1_000_000
+            value, tolerance = value * scale, tolerance * scale
+        out.append((match.group(0).strip(), value, tolerance, (unit or "").strip()))
+    return out
+
+
+def _span_before(line: str, start: int) -> str:
+    text = line[:start].rstrip()
+    if text.endswith("("):
+        text = text[:-1]
+    cut = 0
+    for boundary in BOUNDARY_RE.finditer(text):
+        cut = boundary.end()
+    return text[cut:]
+
+
+def _json_target(doc: Path, target: str) -> Path | None:
+    target = target.split("#", 1)[0]
+    if not target.endswith(".json") or "://" in target:
+        return None
+    return (doc.parent / target).resolve()
+
+
+def collect(repo: Path = REPO) -> tuple[list[Figure], list[str]]:
+    """Every cited figure, and the problems that are not about a figure (a cited JSON that does not exist).
+
+    Two forms: a link right after the figure it cites, and a table row whose last cell holds nothing but links
+    to JSON files (a "source" column), which cites every number in the row's other cells."""
+    figures: list[Figure] = []
+    problems: list[str] = []
+    for doc in docs_to_check(repo):
+        in_fence = False
+        for number, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), 1):
+            if FENCE_RE.match(line.strip()):
+                in_fence = not in_fence
+                continue
+            if in_fence:
+                continue
+            where = f"{doc.relative_to(repo)}:{number}"
+            cited = [(link, _json_target(doc, link.group(2))) for link in LINK_RE.finditer(line)]
+            cited = [(link, path) for link, path in cited if path is not None]
+            missing = [path for _, path in cited if not path.is_file()]
+            problems += [f"{where}: cites {path.relative_to(repo) if path.is_relative_to(repo) else path}, "
+                         "which does not exist" for path in missing]
+            if not cited or missing:
+                continue
+            source_cells = _source_cells(line, doc)
+            if source_cells is not None:
+                cells, paths = source_cells
+                for cell in cells:
+                    figures += [Figure(doc, number, *found, paths) for found in figures_before(cell)]
+                continue
+            for link, path in cited:
+                figures += [Figure(doc, number, *found, [path])
+                            for found in figures_before(_span_before(line, link.start()))]
+    return figures, problems
+
+
+def _source_cells(line: str, doc: Path) -> tuple[list[str], list[Path]] | None:
+    """A table row with a cell of nothing but JSON links: (the other cells, those JSON files)."""
+    if not line.lstrip().startswith("|"):
+        return None
+    cells = [cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
+    links = list(LINK_RE.finditer(cells[-1]))
+    if links and not LINK_RE.sub("", cells[-1]).strip(" ,/·"):
+        paths = [_json_target(doc, link.group(2)) for link in links]
+        if all(paths):
+            return cells[:-1], paths
+    return None
+
+
+def found_in(figure: Figure, numbers: list[float]) -> bool:
+    scales = SCALES.get(figure.unit, (1, 1000, 0.001) if figure.unit in ("", "×", "x") and figure.value >= 1000
+                        else (1,))
+    return any(abs(number * scale - figure.value) <= figure.tolerance for number in numbers for scale in scales)
+
+
+def check(repo: Path = REPO) -> tuple[list[Figure], list[str]]:
+    """(figures checked, problems); no problems means every cited figure is in its JSON."""
+    figures, problems = collect(repo)
+    cache: dict[Path, list[float]] = {}
+    for figure in figures:
+        numbers = [n for path in figure.json_paths for n in cache.setdefault(path, json_numbers(path))]
+        if not found_in(figure, numbers):
+            cited = ", ".join(str(path.relative_to(repo)) for path in figure.json_paths)
+            problems.append(f"{figure.doc.relative_to(repo)}:{figure.line}: {figure.text!r} is not in "
+                            f"{cited} (at the precision written)")
+    return figures, problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--list", action="store_true", help="print every figure checked")
+    args = parser.parse_args(argv)
+    figures, problems = check()
+    if args.list:
+        for figure in figures:
+            print(f"{figure.doc.relative_to(REPO)}:{figure.line}: {figure.text} <- "
+                  f"{', '.join(path.name for path in figure.json_paths)}")
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    print(f"{len(figures)} figures checked against their JSON, {len(problems)} problems", file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
