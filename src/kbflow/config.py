@@ -67,7 +67,8 @@ class ChunkConfig(_Section):
         None,
         ge=16,
         description="Most tokens a chunk may hold, heading prefix and special tokens included. "
-        "Empty means what the embedding model can read (256 word pieces for all-MiniLM-L6-v2).",
+        "Empty means what the embedding model can read: 512 tokens for the default multilingual-e5-small (e5), "
+        "256 word pieces for all-MiniLM-L6-v2 (local).",
     )
     overlap_tokens: int = Field(32, ge=0, description="Tokens of trailing context repeated at the start of the next chunk of a section.")
     heading_prefix: bool = Field(
@@ -283,8 +284,8 @@ class SearchConfig(_Section):
         "hybrid's fused score (graph). Empty keeps every hit.")
     mode: Literal["vector", "bm25", "hybrid", "rerank", "graph"] = Field(
         "hybrid", description="Default search mode. Hybrid (vector + BM25) with the default fusion is never more "
-        "than 0.4 points of nDCG@10 below the better of its two inputs on four dev sets x two models, and above it "
-        "on seven of the eight (docs/retrieval.md).")
+        "than 0.4 points of nDCG@10 below the better of its two inputs on five dev sets x two models, and above it "
+        "on eight of the ten (docs/retrieval.md).")
     fusion: Literal["rrf", "weighted"] = Field(
         "weighted", description="How hybrid merges vector and BM25 candidates: 'weighted' min-max-scaled sum (the "
         "measured default) or 'rrf' reciprocal rank fusion (lost up to 3.7 points to its better input).")
