@@ -5,7 +5,9 @@ comes from right after it, e.g. ``warm `add_text` 0.27 s ([overhead.json](bench/
 to a ``.json`` file under ``docs/`` in README.md and docs/*.md, this script takes the numbers written just before
 the link (back to the previous link, the start of the line or table cell, a ``;``, a parenthesis or the end of a
 sentence), and every number of a table row whose last cell is nothing but such links (a "source" column) and looks each one up among the numbers of the JSON file, at the precision it is written with:
-``0.27`` matches 0.272 but not 0.1 or 0.3. A percentage also matches a share (``91.5 %`` ↔ 0.915); a time, size
+``0.27`` matches 0.272 but not 0.1 or 0.28. A link's fragment narrows the lookup to the numbers under those keys
+(``bench/overhead.json#add_text_warm_median_s``, ``#p50_ms,rows``), so a figure cannot pass on an unrelated
+number of the file. A percentage also matches a share (``91.5 %`` ↔ 0.915); a time, size
 or count may be written in the next unit (``1.4 s`` ↔ 1396 ms, ``14.7 KB``, ``12.8k``, ``1M``). Numbers in
 `inline code`, dotted versions (``15.18``) and names (``p50``, ``nDCG@10``, ``e5``) are not figures.
 
@@ -48,30 +50,35 @@ class Figure:
     value: float
     tolerance: float
     unit: str
-    json_paths: list[Path]
+    json_paths: list[tuple[Path, str]]  # (file, its link's fragment: the keys the figure is under, or "")
 
 
 def docs_to_check(repo: Path = REPO) -> list[Path]:
     return [repo / "README.md", *sorted((repo / "docs").glob("*.md"))]
 
 
-def json_numbers(path: Path) -> list[float]:
+def json_numbers(path: Path, keys: str = "") -> list[float]:
+    """Every number in the JSON file; with ``keys`` (a link's fragment, ``#add_text_warm_median_s`` or
+    ``#p50_ms,recall@10``) only the numbers under a key of that name, at any depth."""
+    wanted = {key for key in keys.split(",") if key}
     found: list[float] = []
 
-    def walk(node):
+    def walk(node, inside: bool):
         if isinstance(node, bool):
             return
         if isinstance(node, (int, float)):
-            if math.isfinite(node):
+            if inside and math.isfinite(node):
                 found.append(float(node))
         elif isinstance(node, dict):
-            for value in node.values():
-                walk(value)
+            for key, value in node.items():
+                walk(value, inside or key in wanted)
         elif isinstance(node, list):
             for value in node:
-                walk(value)
+                walk(value, inside)
 
-    walk(json.loads(path.read_text(encoding="utf-8")))
+    walk(json.loads(path.read_text(encoding="utf-8")), not wanted)
+    if wanted and not found:
+        raise KeyError(f"{path.name} has no number under {keys!r}")
     return found
 
 
@@ -103,11 +110,11 @@ def _span_before(line: str, start: int) -> str:
     return text[cut:]
 
 
-def _json_target(doc: Path, target: str) -> Path | None:
-    target = target.split("#", 1)[0]
+def _json_target(doc: Path, target: str) -> tuple[Path, str] | None:
+    target, _, fragment = target.partition("#")
     if not target.endswith(".json") or "://" in target:
         return None
-    return (doc.parent / target).resolve()
+    return (doc.parent / target).resolve(), fragment
 
 
 def collect(repo: Path = REPO) -> tuple[list[Figure], list[str]]:
@@ -118,17 +125,11 @@ def collect(repo: Path = REPO) -> tuple[list[Figure], list[str]]:
     figures: list[Figure] = []
     problems: list[str] = []
     for doc in docs_to_check(repo):
-        in_fence = False
-        for number, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), 1):
-            if FENCE_RE.match(line.strip()):
-                in_fence = not in_fence
-                continue
-            if in_fence:
-                continue
+        for number, line in logical_lines(doc.read_text(encoding="utf-8")):
             where = f"{doc.relative_to(repo)}:{number}"
             cited = [(link, _json_target(doc, link.group(2))) for link in LINK_RE.finditer(line)]
             cited = [(link, path) for link, path in cited if path is not None]
-            missing = [path for _, path in cited if not path.is_file()]
+            missing = [path for _, (path, _keys) in cited if not path.is_file()]
             problems += [f"{where}: cites {path.relative_to(repo) if path.is_relative_to(repo) else path}, "
                          "which does not exist" for path in missing]
             if not cited or missing:
@@ -143,6 +144,41 @@ def collect(repo: Path = REPO) -> tuple[list[Figure], list[str]]:
                 figures += [Figure(doc, number, *found, [path])
                             for found in figures_before(_span_before(line, link.start()))]
     return figures, problems
+
+
+def logical_lines(text: str) -> list[tuple[int, str]]:
+    """(first line number, text) of each paragraph, list item and table row outside code fences: a sentence wrapped
+    over several lines is one text, so a figure and the link after it may sit on different lines."""
+    out: list[tuple[int, str]] = []
+    current: list[str] = []
+    start = 0
+    in_fence = False
+
+    def flush():
+        if current:
+            out.append((start, " ".join(part.strip() for part in current)))
+            current.clear()
+
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if FENCE_RE.match(stripped):
+            flush()
+            in_fence = not in_fence
+            continue
+        if in_fence:
+            continue
+        if not stripped or stripped.startswith(("|", "#", "<", "![")):
+            flush()
+            if stripped.startswith("|"):
+                out.append((number, stripped))
+            continue
+        if re.match(r"([*+-]|\d+\.)\s", stripped):  # a list item starts a text of its own
+            flush()
+        if not current:
+            start = number
+        current.append(line)
+    flush()
+    return out
 
 
 def _source_cells(line: str, doc: Path) -> tuple[list[str], list[Path]] | None:
@@ -167,13 +203,19 @@ def found_in(figure: Figure, numbers: list[float]) -> bool:
 def check(repo: Path = REPO) -> tuple[list[Figure], list[str]]:
     """(figures checked, problems); no problems means every cited figure is in its JSON."""
     figures, problems = collect(repo)
-    cache: dict[Path, list[float]] = {}
+    cache: dict[tuple[Path, str], list[float]] = {}
     for figure in figures:
-        numbers = [n for path in figure.json_paths for n in cache.setdefault(path, json_numbers(path))]
+        where = f"{figure.doc.relative_to(repo)}:{figure.line}"
+        cited = ", ".join(str(path.relative_to(repo)) + (f"#{keys}" if keys else "")
+                          for path, keys in figure.json_paths)
+        try:
+            numbers = [n for target in figure.json_paths
+                       for n in cache.setdefault(target, json_numbers(*target))]
+        except KeyError as exc:
+            problems.append(f"{where}: cites {cited}: {exc.args[0]}")
+            continue
         if not found_in(figure, numbers):
-            cited = ", ".join(str(path.relative_to(repo)) for path in figure.json_paths)
-            problems.append(f"{figure.doc.relative_to(repo)}:{figure.line}: {figure.text!r} is not in "
-                            f"{cited} (at the precision written)")
+            problems.append(f"{where}: {figure.text!r} is not in {cited} (at the precision written)")
     return figures, problems
 
 
@@ -185,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         for figure in figures:
             print(f"{figure.doc.relative_to(REPO)}:{figure.line}: {figure.text} <- "
-                  f"{', '.join(path.name for path in figure.json_paths)}")
+                  f"{', '.join(path.name + (f'#{keys}' if keys else '') for path, keys in figure.json_paths)}")
     for problem in problems:
         print(problem, file=sys.stderr)
     print(f"{len(figures)} figures checked against their JSON, {len(problems)} problems", file=sys.stderr)

@@ -58,17 +58,25 @@ def test_every_figure_cited_next_to_a_benchmark_json_is_in_that_json():
 def test_the_figure_check_fails_on_a_wrong_figure(tmp_path):
     checker = _script("check_figures")
     (tmp_path / "docs" / "bench").mkdir(parents=True)
-    (tmp_path / "docs" / "bench" / "overhead.json").write_text('{"warm_s": 0.272, "rows": 1000000, "p50_ms": 1396.2}')
+    (tmp_path / "docs" / "bench" / "overhead.json").write_text(
+        '{"warm_s": 0.272, "search_s": 0.107, "rows": 1000000, "p50_ms": 1396.2}')
     page = tmp_path / "README.md"
-    page.write_text("warm `add_text` **0.27 s** ([overhead.json](docs/bench/overhead.json)); "
-                    "1M rows at p50 1.4 s ([same](docs/bench/overhead.json)).\n")
+    page.write_text("warm `add_text` **0.27 s** ([overhead.json](docs/bench/overhead.json#warm_s)); 1M rows at\n"
+                    "p50 1.4 s ([same](docs/bench/overhead.json)).\n\n| mode | warm s | source |\n|---|---:|---|\n"
+                    "| direct | 0.27 | [overhead.json](docs/bench/overhead.json#warm_s) |\n")
     figures, problems = checker.check(tmp_path)
-    assert [f.text for f in figures] == ["0.27 s", "1M", "1.4 s"] and problems == []
-    for wrong in ("~0.1 s", "0.2 s", "0.28 s", "3.1 / 24.3 s", "2,000 ms"):
-        page.write_text(f"warm `add_text` {wrong} ([overhead.json](docs/bench/overhead.json))\n")
+    assert [f.text for f in figures] == ["0.27 s", "1M", "1.4 s", "0.27"] and problems == []
+    for wrong in ("~0.1 s", "0.2 s", "0.28 s", "3.1 / 24.3 s"):  # ~0.1 s: a number elsewhere in the file (0.107)
+        page.write_text(f"warm `add_text` {wrong}\n([overhead.json](docs/bench/overhead.json#warm_s))\n")
         assert checker.check(tmp_path)[1], wrong
+    page.write_text("| direct | 0.3 | [overhead.json](docs/bench/overhead.json#warm_s) |\n")
+    assert not checker.check(tmp_path)[1]  # 0.272 written at one decimal
+    page.write_text("| direct | 0.28 | [overhead.json](docs/bench/overhead.json#warm_s) |\n")
+    assert checker.check(tmp_path)[1]
     page.write_text("p50 1.4 s ([gone](docs/bench/missing.json))\n")
     assert "does not exist" in checker.check(tmp_path)[1][0]
+    page.write_text("p50 1.4 s ([typo](docs/bench/overhead.json#p50_msec))\n")
+    assert "no number under" in checker.check(tmp_path)[1][0]
 
 
 # words and paths of the project's own history, which a user cannot follow
