@@ -1,15 +1,18 @@
 """Check that every figure the docs cite from a benchmark JSON is in that JSON.
 
 The convention (docs/benchmarks.md, "How a figure cites its JSON"): a figure is written with a link to the JSON it
-comes from right after it, e.g. ``warm `add_text` 0.27 s ([overhead.json](bench/overhead.json))``. For every link
-to a ``.json`` file under ``docs/`` in README.md and docs/*.md, this script takes the numbers written just before
-the link (back to the previous link, the start of the line or table cell, a ``;``, a parenthesis or the end of a
-sentence), and every number of a table row whose last cell is nothing but such links (a "source" column) and looks each one up among the numbers of the JSON file, at the precision it is written with:
-``0.27`` matches 0.272 but not 0.1 or 0.28. A link's fragment narrows the lookup to the numbers under those keys
-(``bench/overhead.json#add_text_warm_median_s``, ``#p50_ms,rows``), so a figure cannot pass on an unrelated
-number of the file. A percentage also matches a share (``91.5 %`` ↔ 0.915); a time, size
-or count may be written in the next unit (``1.4 s`` ↔ 1396 ms, ``14.7 KB``, ``12.8k``, ``1M``). Numbers in
-`inline code`, dotted versions (``15.18``) and names (``p50``, ``nDCG@10``, ``e5``) are not figures.
+comes from right after it, e.g. ``warm `add_text` 0.27 s ([overhead.json](bench/overhead.json))``, or in a table
+row whose last cell is nothing but such links (a "source" column). For every link to a ``.json`` file in README.md
+and docs/*.md, this script takes the numbers written just before the link (back to the previous link, the start of
+the paragraph, list item or table cell, a ``;``, a parenthesis or the end of a sentence; a sentence wrapped over
+several lines is read as one), or every number of a source-column row but its first cell (the row's name), and looks
+each one up among the numbers of the JSON file at the precision it is written with: ``0.27`` matches 0.272 but not
+0.1 or 0.28. A link's fragment narrows the lookup to the numbers under those keys, at any depth
+(``bench/overhead.json#add_text_warm_median_s``, ``#p50_ms,rows``), so a figure cannot pass on an unrelated number of
+the file. A percentage also matches a share (``91.5 %`` ↔ 0.915); a time, size or count may be written in
+another unit (``1.4 s`` ↔ 1396 ms, ``14.7 GB`` ↔ bytes, ``12.8k``, ``1M``); a signed difference may be in points
+(``+2.2`` ↔ 0.022). Units themselves are not checked. Numbers in `inline code`, dotted versions (``15.18.1``) and names
+(``p50``, ``nDCG@10``, ``e5``, ``384-d``, ``1.5B``) are not figures.
 
     .venv/bin/python scripts/check_figures.py            # exit 1, listing each figure not found
     .venv/bin/python scripts/check_figures.py --list     # every figure checked, and where it was found
@@ -96,7 +99,11 @@ def figures_before(span: str) -> list[tuple[str, float, float, str]]:
         if suffix:
             scale = 1000 if suffix == "k" else 1_000_000
             value, tolerance = value * scale, tolerance * scale
-        out.append((match.group(0).strip(), value, tolerance, (unit or "").strip()))
+        unit = (unit or "").strip()
+        sign = span[max(match.start() - 1, 0):match.start()]
+        if sign in ("+", "-", "\u2212") and not span[max(match.start() - 2, 0):match.start() - 1].isalnum():
+            unit = unit or "points"  # a signed difference: +2.2 points may be a JSON share of 0.022
+        out.append((match.group(0).strip(), value, tolerance, unit))
     return out
 
 
@@ -121,7 +128,8 @@ def collect(repo: Path = REPO) -> tuple[list[Figure], list[str]]:
     """Every cited figure, and the problems that are not about a figure (a cited JSON that does not exist).
 
     Two forms: a link right after the figure it cites, and a table row whose last cell holds nothing but links
-    to JSON files (a "source" column), which cites every number in the row's other cells."""
+    to JSON files (a "source" column), which cites every number in the row's cells but the first (the row's
+    name)."""
     figures: list[Figure] = []
     problems: list[str] = []
     for doc in docs_to_check(repo):
@@ -137,7 +145,7 @@ def collect(repo: Path = REPO) -> tuple[list[Figure], list[str]]:
             source_cells = _source_cells(line, doc)
             if source_cells is not None:
                 cells, paths = source_cells
-                for cell in cells:
+                for cell in cells[1:]:  # the first cell names the row
                     figures += [Figure(doc, number, *found, paths) for found in figures_before(cell)]
                 continue
             for link, path in cited:
@@ -195,6 +203,9 @@ def _source_cells(line: str, doc: Path) -> tuple[list[str], list[Path]] | None:
 
 
 def found_in(figure: Figure, numbers: list[float]) -> bool:
+    if figure.unit == "points":
+        return any(abs(abs(number) * scale - figure.value) <= figure.tolerance
+                   for number in numbers for scale in (1, 100))
     scales = SCALES.get(figure.unit, (1, 1000, 0.001) if figure.unit in ("", "×", "x") and figure.value >= 1000
                         else (1,))
     return any(abs(number * scale - figure.value) <= figure.tolerance for number in numbers for scale in scales)
