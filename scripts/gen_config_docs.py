@@ -282,9 +282,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="write nothing; exit 1 when a file is out of date")
     args = parser.parse_args(argv)
     if args.check:
-        for path in stale():
+        out_of_date = stale()
+        for path in out_of_date:
             print(f"{path.relative_to(REPO)} is out of date: run {COMMAND}", file=sys.stderr)
-        return 1 if stale() else 0
+        return 1 if out_of_date else 0
     for path, text in generated().items():
         path.write_text(text, encoding="utf-8")
         print(f"wrote {path.relative_to(REPO)}")
