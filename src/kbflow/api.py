@@ -19,6 +19,7 @@ from kbflow.convert.objects import is_url  # noqa: E402
 from kbflow.engine.ingest import IngestJob  # noqa: E402
 from kbflow.engine.ingest import ingest as run_engine_ingest  # noqa: E402
 from kbflow.engine.reembed import reembed as run_engine_reembed  # noqa: E402
+from kbflow.engine.store_check import stored_ids  # noqa: E402
 from kbflow.errors import ConfigError  # noqa: E402
 from kbflow.graph.store import GraphStore  # noqa: E402
 
@@ -36,9 +37,21 @@ from kbflow.stores.factory import store_uri  # noqa: E402
 
 def _config(config: KbConfig | str | Path | None, data_dir: str | Path | None) -> KbConfig:
     if isinstance(config, KbConfig):
-        return config.model_copy(update={"data_dir": data_dir if is_url(str(data_dir)) else Path(data_dir)}) \
+        cfg = config.model_copy(update={"data_dir": data_dir if is_url(str(data_dir)) else Path(data_dir)}) \
             if data_dir else config
-    return load_config(config, data_dir=data_dir)
+    else:
+        cfg = load_config(config, data_dir=data_dir)
+    check_data_dir(cfg)
+    return cfg
+
+
+def check_data_dir(config: KbConfig) -> None:
+    """A data dir that exists must be a folder (one that does not is created by the first write)."""
+    path = config.data_dir
+    if not is_url(str(path)) and Path(path).exists() and not Path(path).is_dir():
+        raise ConfigError(f"data dir {str(path)!r} is a file, not a folder: kbflow keeps its stores, state and run "
+                          "snapshots in a folder; pass a folder (created if missing) with --data-dir or the config's "
+                          "data_dir")
 
 
 def orchestration(config: KbConfig) -> str:
@@ -165,10 +178,12 @@ def stats(namespace: str | None = None, config: KbConfig | str | Path | None = N
     dimension = meta.get("dimension")
     store = open_store(cfg, state.store_namespace(), dimension) if dimension else None
     last = state.last_run() or {}
+    # the rows' ids, not the table's recorded count: a table with a data file gone still "counts" its rows
+    chunks = stored_ids(store, namespace).num_rows if store else 0
     return {
         "namespace": namespace,
         "documents": manifest.num_rows,
-        "chunks": store.count() if store else 0,
+        "chunks": chunks,
         "model_id": meta.get("model_id"),
         "dimension": dimension,
         "store": cfg.store.kind,

@@ -1,14 +1,19 @@
 """`kbflow verify`: manifest ↔ store ↔ vector cache consistency of one namespace, and its repair.
 
-Checked: the namespace's recorded model against the configured one; in the store, duplicate chunk ids, vectors of
-the wrong dimension, zero or non-finite vectors, documents the manifest does not list (a run died between its
-store write and its manifest write, and the file is gone since); per manifest document, that the store holds
-exactly its chunk ids; per stored chunk, that the vector cache agrees with the stored vector; with a graph
+Checked first, the state itself: that the namespace's state files (``namespace.json``, ``manifest.parquet``,
+``last_run.json``), its store table and its vector cache can be read at all (a disk that filled up, a file emptied
+or deleted by hand). Then the namespace's recorded model against the configured one; in the store, duplicate chunk
+ids, vectors of the wrong dimension, zero or non-finite vectors, documents the manifest does not list (a run died
+between its store write and its manifest write, and the file is gone since); per manifest document, that the store
+holds exactly its chunk ids; per stored chunk, that the vector cache agrees with the stored vector; with a graph
 (``graph.enabled``), that every edge leaves a stored chunk of its document and that no document ingested with the
 graph stage off has edges.
 
-Repair never invents data: it deletes what is wrong from the store and the cache and drops the affected documents
-from the manifest, so the next ingest of the sources re-runs exactly those documents.
+Repair never invents data. Unreadable state is healed first (``kbflow.state.heal``: the model record rewritten from
+what the namespace holds, a store table restored to its newest version that reads whole, a vector cache restored or
+emptied, the manifest rebuilt from the store, the last-run record removed); then what is wrong is deleted from the
+store and the cache and the affected documents are dropped from the manifest, so the next ingest of the sources
+re-runs exactly those documents (their vectors from the vector cache).
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from kbflow.embed.choice import for_namespace
 from kbflow.stores.vector_cache import VectorCache
 from kbflow.errors import ConfigError
 from kbflow.graph.store import GraphStore
+from kbflow.state import heal
+from kbflow.state.files import StateDamaged
 from kbflow.state.manifest import NamespaceState
 from kbflow.schemas import MANIFEST
 from kbflow.stores import open_store
@@ -56,21 +63,58 @@ class Report:
                 "findings": [asdict(f) for f in self.findings], "repaired": self.repaired}
 
 
+EMPTY_COUNTS = {"manifest_documents": 0, "manifest_chunks": 0, "store_rows": 0, "store_documents": 0,
+                "cached_of_stored": 0, "cache_rows": 0, "graph_edges": 0}
+
+
 def verify(config: KbConfig, namespace: str, repair: bool = False) -> Report:
     state = NamespaceState(config.data_dir, namespace)
-    meta = state.meta()
+    findings: list[Finding] = []
+    healed: dict = {}
+    try:
+        meta = state.meta()
+    except StateDamaged as exc:
+        findings.append(Finding("namespace.json", str(exc)))
+        if not repair:
+            return Report(namespace, "", dict(EMPTY_COUNTS), findings)
+        meta = heal.rewrite_meta(config, state)
+        healed["namespace.json"] = f"rewritten: {meta['model_id']} (dim {meta['dimension']})"
     if meta is None:
         raise ConfigError(f"namespace {namespace!r} does not exist under {config.data_dir}; nothing to verify")
     model_id, dimension = meta["model_id"], meta["dimension"]
-    findings: list[Finding] = []
     configured = get_embedder(for_namespace(config.embedder, meta))
     if configured.model_id != model_id or configured.dimension != dimension:
         findings.append(Finding("model", f"the namespace holds {model_id} (dim {dimension}) but the config names "
                                          f"{configured.model_id} (dim {configured.dimension})"))
 
     store = open_store(config, state.store_namespace(), dimension)
+    cache = VectorCache(store_uri(config), model_id, dimension)
+    unreadable = [Finding(check, reason) for check, reason in (("store", store.unreadable()),
+                                                                ("vector-cache", cache.unreadable())) if reason]
+    manifest = None
+    for check, read in (("last_run.json", state.last_run), ("manifest.parquet", state.read_manifest)):
+        try:
+            result = read()
+        except StateDamaged as exc:
+            unreadable.append(Finding(check, str(exc)))
+        else:
+            manifest = result if check == "manifest.parquet" else manifest
+    findings += unreadable
+    if unreadable and not repair:  # the checks below read what is unreadable
+        return Report(namespace, model_id, dict(EMPTY_COUNTS), findings)
+    damaged = {finding.check for finding in unreadable}
+    if "store" in damaged:  # first: the manifest may be rebuilt from it
+        healed["store"] = heal.store_table(store)
+    if "vector-cache" in damaged:
+        healed["vector-cache"] = heal.vector_cache(cache, store)
+    if "last_run.json" in damaged:
+        healed["last_run.json"] = heal.drop_last_run(state)
+    if "manifest.parquet" in damaged:
+        manifest = heal.rebuild_manifest(state, store, model_id)
+        healed["manifest.parquet"] = (f"rebuilt from the store: {manifest.num_rows} documents, re-checked by the "
+                                      "next ingest")
+
     rows = store.rows(["chunk_id", "doc_id", "embed_sha256", "vector"])
-    manifest = state.read_manifest()
     chunk_ids = rows.column("chunk_id").to_pylist()
     doc_of = rows.column("doc_id").to_pylist()
     keys = rows.column("embed_sha256").to_pylist()
@@ -108,7 +152,6 @@ def verify(config: KbConfig, namespace: str, repair: bool = False) -> Report:
         findings.append(Finding("manifest-model", f"manifest rows embedded with another model than {model_id}",
                                 other_model))
 
-    cache = VectorCache(store_uri(config), model_id, dimension)
     cached = cache.lookup(keys)
     disagree_docs, disagree_keys = set(), set()
     for key, doc_id, vector, ok in zip(keys, doc_of, vectors, healthy):
@@ -132,7 +175,7 @@ def verify(config: KbConfig, namespace: str, repair: bool = False) -> Report:
               "graph_edges": edge_count}
     report = Report(namespace, model_id, counts, findings)
     if repair and findings:
-        report.repaired = _repair(state, store, cache, findings, disagree_keys, graph)
+        report.repaired = {**_repair(state, store, cache, findings, disagree_keys, graph), **healed}
     return report
 
 

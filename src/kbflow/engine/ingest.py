@@ -46,6 +46,7 @@ from kbflow.engine.plan import Fingerprints, Plan, check_deletion_guard, make_pl
 from kbflow.engine.rows import (chunks_of, conversion_failures, embed_inputs, failure_rows, manifest_rows,
                                 ready_documents, resolve_chunk_tokens, store_rows)
 from kbflow.engine.runner import DirectRunner, StageRunner
+from kbflow.engine.store_check import readable_cache, trusted_manifest
 from kbflow.errors import ConfigError, KbflowError
 from kbflow.failpoints import failpoint
 from kbflow.graph.extract import extractor_fingerprint
@@ -179,6 +180,9 @@ def _ingest(config: KbConfig, job: IngestJob, runner: StageRunner, run_id: str) 
         run.store.defer_vector_index = True  # built once after the last batch, not on top of a batch's memory
         run.cache = VectorCache(store_uri(config), embedder.model_id, embedder.dimension)
         run.cache.ensure_table()  # before any stage runs: concurrent embed calls only ever append to it
+        healed_cache = readable_cache(run.cache) if plan.todo else None
+        if healed_cache:
+            run.summary.setdefault("healed", []).append(healed_cache)
         graph = GraphStore(store_uri(config), namespace)
         if config.graph.enabled or graph.exists():
             run.graph = graph
@@ -217,6 +221,12 @@ def _plan(run: Run, sources: list[str] | None, texts: list[dict], add_only: bool
     scanned = scan(sources, run.namespace, config.convert.include, config.convert.exclude, limits,
                    unreadable) if sources else []
     manifest = run.state.read_manifest()
+    if manifest.num_rows:  # "unchanged" is trusted only for what the store holds (kbflow.engine.store_check)
+        store = run.store or open_store(config, run.state.store_namespace(), run.embedder.dimension)
+        manifest, rewrite = trusted_manifest(store, run.namespace, manifest)
+        if rewrite:
+            run.summary.setdefault("healed", []).append(
+                f"{len(rewrite)} documents listed in the manifest are missing from the store or differ; written again")
     files = make_plan(scanned, manifest, run.fingerprints, force=run.force,
                       track_removals=bool(sources) and not add_only, unreadable_folders=unreadable)
     stored_paths = manifest.column("source_path").to_pylist()

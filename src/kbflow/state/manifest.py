@@ -16,8 +16,12 @@ import pyarrow.compute as pc
 
 from kbflow.errors import ModelMismatchError
 from kbflow.schemas import MANIFEST
-from kbflow.state.snapshots import read_table, write_table
+from kbflow.state.files import META_KEYS, read_json, read_parquet
+from kbflow.state.snapshots import write_table
 from kbflow.storage import location, remove_tree, write_bytes_atomic
+
+
+MANIFEST_REQUIRED = ("doc_id", "source_path", "chunk_ids")  # without these a manifest row means nothing
 
 
 def _write_json(path, payload: dict) -> None:
@@ -35,7 +39,8 @@ class NamespaceState:
 
     # -- model ----------------------------------------------------------------
     def meta(self) -> dict | None:
-        return json.loads(self.meta_path.read_text(encoding="utf-8")) if self.meta_path.exists() else None
+        """The namespace's model record; None before its first ingest; StateDamaged when unreadable."""
+        return read_json(self.meta_path, self.namespace, META_KEYS)
 
     def check_model(self, model_id: str, dimension: int) -> None:
         """A namespace keeps one model for life; using another is an error, never padding or cutting vectors."""
@@ -82,7 +87,12 @@ class NamespaceState:
 
     # -- manifest -------------------------------------------------------------
     def read_manifest(self) -> pa.Table:
-        return read_table(self.manifest_path, MANIFEST)
+        """What the store holds per document (empty before the first write); StateDamaged when unreadable."""
+        return read_parquet(self.manifest_path, self.namespace, MANIFEST, MANIFEST_REQUIRED)
+
+    def write_manifest(self, manifest: pa.Table) -> None:
+        write_table(manifest.select(MANIFEST.names).cast(MANIFEST).sort_by("source_path"), self.manifest_path,
+                    MANIFEST)
 
     def update_manifest(self, replaced: pa.Table, removed_doc_ids: list[str]) -> pa.Table:
         """Drop the rows of replaced and removed documents, add ``replaced``; write atomically."""
@@ -95,7 +105,8 @@ class NamespaceState:
 
     # -- runs -----------------------------------------------------------------
     def last_run(self) -> dict | None:
-        return json.loads(self.last_run_path.read_text(encoding="utf-8")) if self.last_run_path.exists() else None
+        """The last run's summary (``stats``); StateDamaged when unreadable."""
+        return read_json(self.last_run_path, self.namespace)
 
     def record_run(self, summary: dict) -> None:
         _write_json(self.last_run_path, summary)

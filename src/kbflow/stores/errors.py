@@ -10,6 +10,8 @@ fix), and retries are driven by the class.
 from __future__ import annotations
 
 import errno
+import os
+import re
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -20,7 +22,8 @@ TRANSIENT_ERRNOS = frozenset({errno.EAGAIN, errno.EBUSY, errno.EINTR, errno.ETIM
                               errno.EHOSTUNREACH, errno.ETXTBSY})
 UNWRITABLE_ERRNOS = {errno.EACCES: "permission denied", errno.EPERM: "operation not permitted",
                      errno.EROFS: "read-only file system", errno.ENOSPC: "no space left on the device",
-                     errno.EDQUOT: "disk quota exceeded"}
+                     errno.EDQUOT: "disk quota exceeded",
+                     errno.ENOTDIR: "a part of the path is a file, not a folder"}
 # LanceDB's own words for a concurrent commit or a slow object store: retrying against the new version succeeds
 LANCE_TRANSIENT = ("Retryable commit conflict", "Commit conflict for version", "Incompatible transaction",
                    "TooMuchWriteContention", "request has timed out", "operation timed out")
@@ -67,3 +70,23 @@ def store_errors(what: str):
         if mapped is exc:
             raise
         raise mapped from exc
+
+
+_MISSING_FILE = re.compile(r"Not found: (?:Wrapped error: Not found: )?([^,\s]+)")
+
+
+def damage_reason(exc: BaseException) -> str | None:
+    """What a store's read failure says about damage on disk (a data file missing, cut short or unreadable), in a
+    few words; None when it is not that kind of failure."""
+    if isinstance(exc, KbflowError):
+        return None
+    text = str(exc)
+    missing = _MISSING_FILE.search(text)
+    if missing:
+        path = missing.group(1)
+        if not path.startswith("/") and os.path.isdir("/" + os.path.dirname(path)):
+            path = "/" + path  # LanceDB names local files by their object-store path, without the root
+        return f"a data file is missing: {path}"
+    if "LanceError(IO)" in text or "LanceError(Corrupt" in text:
+        return text.strip().splitlines()[0][:200]
+    return None

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 import re
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +40,9 @@ import pyarrow as pa
 from kbflow.errors import ConfigError
 from kbflow.schemas import store_schema
 from kbflow import storage
+from kbflow.state.files import store_unreadable
 from kbflow.stores.base import Hit, SearchFilter
+from kbflow.stores.errors import damage_reason
 
 IN_LIST_MAX = 500  # ids per IN (...) filter, to keep filter strings bounded
 HIT_COLUMNS = ["chunk_id", "doc_id", "source_path", "heading_path", "text"]
@@ -71,6 +74,36 @@ def open_table_or_none(db, name: str):
         return db.open_table(name)
     except ValueError:
         return None
+
+
+def unreadable_reason(table, columns: list[str]) -> str | None:
+    """Why ``columns`` of a LanceDB table cannot be read in full (a data file deleted or cut short), or None."""
+    try:
+        table.search().select(columns).limit(None).to_arrow()
+    except Exception as exc:  # LanceDB reports a missing or torn file as a plain error with the path in its text
+        return f"table {table.name!r} cannot be read: {damage_reason(exc) or str(exc).strip()[:300]}"
+    return None
+
+
+def restore_readable(table, columns: list[str]) -> dict | None:
+    """Make the newest version of a LanceDB table whose ``columns`` read in full its current version (LanceDB keeps
+    a table's earlier versions until they are cleaned up); None when none does."""
+    latest = table.version
+    versions = sorted((v["version"] if isinstance(v, dict) else v.version for v in table.list_versions()),
+                      reverse=True)
+    for version in versions:
+        if version >= latest:
+            continue
+        try:
+            table.checkout(version)
+            readable = unreadable_reason(table, columns) is None
+        except Exception:  # that version's own files are gone too
+            readable = False
+        if readable:
+            table.restore()  # a new newest version holding that version's rows
+            return {"version": version, "rows": table.count_rows()}
+    table.checkout_latest()
+    return None
 
 
 def sql_str(value: str) -> str:
@@ -164,6 +197,31 @@ class LanceStore:
         if self._table is None and open_table_or_none(self._db, self.table_name) is not None:
             return self.table is not None
         return self._table is not None
+
+    @contextmanager
+    def _reading(self):
+        """A read that meets damage on disk (a data file missing) is StateDamaged naming the fix, not a traceback."""
+        try:
+            yield
+        except Exception as exc:
+            reason = damage_reason(exc)
+            if reason is None:
+                raise
+            raise store_unreadable(self.namespace, f"table {self.table_name}: {reason}") from exc
+
+    def unreadable(self) -> str | None:
+        """Why the table cannot be read whole (a data file deleted or cut short), or None (absent is readable)."""
+        if not self.exists():
+            return None
+        return unreadable_reason(self.table, list(store_schema(self.dimension).names))
+
+    def restore_readable(self) -> dict | None:
+        """Restore the newest version of the table that reads whole ({version, rows}), or None when none does."""
+        if not self.exists():
+            return None
+        restored = restore_readable(self.table, list(store_schema(self.dimension).names))
+        self._fts_ready = False
+        return restored
 
     def _cast(self, rows: pa.Table) -> pa.Table:
         schema = store_schema(self.dimension)
@@ -285,7 +343,8 @@ class LanceStore:
         sql = where_sql(where)
         if sql:
             query = query.where(sql, prefilter=True)
-        return self._hits(query, lambda r: 1.0 - r["_distance"])
+        with self._reading():
+            return self._hits(query, lambda r: 1.0 - r["_distance"])
 
     def search_text(self, query_words: list[str], limit: int, where: SearchFilter | None = None) -> list[Hit]:
         if not self.exists() or not query_words:
@@ -299,7 +358,8 @@ class LanceStore:
         sql = where_sql(where)
         if sql:
             query = query.where(sql, prefilter=True)
-        return self._hits(query, lambda r: r["_score"])
+        with self._reading():
+            return self._hits(query, lambda r: r["_score"])
 
     # --- inspection ----------------------------------------------------------------------------------------
     def count(self) -> int:
@@ -308,7 +368,8 @@ class LanceStore:
     def stats(self) -> dict:
         if not self.exists():
             return {"rows": 0, "documents": 0, "bytes": 0, "indexes": {}}
-        docs = self.table.search().select(["doc_id"]).limit(None).to_arrow().column("doc_id")
+        with self._reading():
+            docs = self.table.search().select(["doc_id"]).limit(None).to_arrow().column("doc_id")
         indexes = {}
         for column, config in self._indexes().items():
             index_stats = self.table.index_stats(config.name)
@@ -320,13 +381,15 @@ class LanceStore:
     def chunk_ids(self) -> pa.Table:
         if not self.exists():
             return pa.table({"chunk_id": pa.array([], pa.string()), "doc_id": pa.array([], pa.string())})
-        return self.table.search().select(["chunk_id", "doc_id"]).limit(None).to_arrow()
+        with self._reading():
+            return self.table.search().select(["chunk_id", "doc_id"]).limit(None).to_arrow()
 
     def rows(self, columns: list[str] | None = None) -> pa.Table:
         """Every row (for verification and tests), sorted by chunk id."""
         if not self.exists():
             return store_schema(self.dimension).empty_table()
-        table = self.table.to_arrow().sort_by("chunk_id")
+        with self._reading():
+            table = self.table.to_arrow().sort_by("chunk_id")
         return table.select(columns) if columns else table
 
     def size_bytes(self) -> int:

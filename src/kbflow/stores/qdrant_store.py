@@ -112,6 +112,18 @@ class QdrantStore:
     def exists(self) -> bool:
         return self.client.collection_exists(self.collection)
 
+    def unreadable(self) -> str | None:
+        """Why the collection cannot be read whole, or None (absent is readable)."""
+        try:
+            sum(1 for _ in self._scroll(False, ["chunk_id", "doc_id"]))
+        except Exception as exc:  # the client's own error, whatever the mode
+            return f"Qdrant collection {self.collection!r} cannot be read: {str(exc).strip()[:300]}"
+        return None
+
+    def restore_readable(self) -> dict | None:
+        """Qdrant keeps no earlier versions of a collection here: nothing to restore (verify then empties it)."""
+        return None
+
     def _ensure(self) -> None:
         if self.exists():
             params = self.client.get_collection(self.collection).config.params

@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from kbflow.schemas import vectors_schema
 from kbflow import storage
-from kbflow.stores.lancedb_store import delete_in, open_table_or_none, select_in
+from kbflow.stores.lancedb_store import delete_in, open_table_or_none, restore_readable, select_in, unreadable_reason
 
 _create_lock = threading.Lock()
 
@@ -89,3 +89,20 @@ class VectorCache:
 
     def count(self) -> int:
         return self.table.count_rows() if self._exists() else 0
+
+    def unreadable(self) -> str | None:
+        """Why the cache cannot be read whole (a data file deleted or cut short), or None."""
+        return unreadable_reason(self.table, self.schema.names) if self._exists() else None
+
+    def restore_readable(self) -> dict | None:
+        """Its newest version that reads whole made current ({version, rows}); None when none does."""
+        return restore_readable(self.table, self.schema.names) if self._exists() else None
+
+    def clear(self) -> None:
+        """Drop every cached vector (an unreadable cache that no earlier version mends): it fills again as texts are
+        embedded."""
+        with _create_lock:
+            if self._exists():
+                self._db.drop_table(self.table_name)
+            self._table = None
+        self.ensure_table()
