@@ -15,8 +15,9 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from kbflow.flows.ingest import ingest
 from kbflow.config import KbConfig
-from kbflow.deploy import BackfillRequest, backfill_targets, changed_since, load_named_config, sources_of
-from kbflow.errors import PermanentError
+from kbflow.deploy import (BackfillRequest, backfill_targets, changed_since, check_served_sources, load_served_config,
+                           sources_of)
+from kbflow.errors import KbflowError, PermanentError
 from kbflow.tasks.runners import with_task_runner
 from kbflow.tasks.runs import completed_from_deployment
 
@@ -26,9 +27,10 @@ class BackfillFailed(PermanentError):
 
 
 @task(name="ingest-namespace", task_run_name="ingest namespace {namespace}", cache_policy=NO_CACHE)
-def ingest_namespace(namespace: str, sources: list[str], config: KbConfig, force: bool, dry_run: bool) -> dict:
+def ingest_namespace(namespace: str, sources: list[str], config: KbConfig, force: bool, dry_run: bool,
+                     roots: list[str] | None = None) -> dict:
     return with_task_runner(ingest, config)(sources=sources, namespace=namespace, config=config, force=force,
-                                            dry_run=dry_run)
+                                            dry_run=dry_run, roots=roots)
 
 
 # threads only carry waiting subflows; request.concurrency (≤ 32) bounds how many run
@@ -38,24 +40,31 @@ def backfill(request: BackfillRequest = BackfillRequest()) -> dict:
     """Ingest the requested namespaces; returns {namespace: outcome}."""
     logger = get_run_logger()
     request = completed_from_deployment(request)
-    config = load_named_config(request.config)
+    config = load_served_config(request.config)  # only configs in the configs folder
     targets = backfill_targets(config, request.namespaces)
     outcomes: dict[str, dict] = {}
     todo = []
     for schedule in targets:
-        sources = sources_of(config, schedule)
+        # every namespace's sources checked against deploy.source_roots before any is read (kbflow.trust); a
+        # namespace refused here fails alone, the others go on
+        try:
+            sources, roots = check_served_sources(config, sources_of(config, schedule))
+        except KbflowError as exc:
+            outcomes[schedule.namespace] = {"status": "failed", "detail": f"{type(exc).__name__}: {exc}"}
+            continue
         if request.changed_since and not changed_since(sources, request.changed_since):
             outcomes[schedule.namespace] = {"status": "skipped", "detail": f"nothing modified since {request.changed_since}"}
         else:
-            todo.append((schedule.namespace, sources))
+            todo.append((schedule.namespace, sources, list(roots)))
     concurrency = request.concurrency or config.deploy.backfill_concurrency
     logger.info("backfill of %d namespaces (%d skipped as unchanged), %d at a time", len(todo),
                 len(outcomes), concurrency)
     running = {}
     while todo or running:
         while todo and len(running) < concurrency:
-            namespace, sources = todo.pop(0)
-            running[ingest_namespace.submit(namespace, sources, config, request.rebuild, request.dry_run)] = namespace
+            namespace, sources, roots = todo.pop(0)
+            running[ingest_namespace.submit(namespace, sources, config, request.rebuild, request.dry_run,
+                                            roots)] = namespace
         future = next(as_completed(list(running)))
         namespace = running.pop(future)
         try:

@@ -10,12 +10,14 @@ from __future__ import annotations
 from typing import Annotated
 
 from prefect import flow
+from prefect.runtime import deployment
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import Field
 from pydantic.json_schema import SkipJsonSchema
 
 from kbflow.config import KbConfig
-from kbflow.deploy import EmbedderModel, Namespace
+from kbflow.deploy import EmbedderModel, Namespace, load_served_config, served_config_path, served_policy
+from kbflow.trust import SourceRefused
 from kbflow.engine.reembed import reembed as run_engine_reembed
 from kbflow.engine.reembed import target_embedder_config
 from kbflow.flows.ingest import flow_config
@@ -61,8 +63,28 @@ def reembed(namespace: Annotated[Namespace, _form("Namespace")],
             the new model must be at least as good.
         config: Python callers only (not in the Run form): a whole KbConfig object instead of config_path.
     """
+    if deployment.id is not None:  # a Run form or the API: someone else (kbflow.trust)
+        config_path, model, data_dir, eval_beir = checked_form(config, config_path, model, data_dir, eval_beir)
     settings = flow_config(config, config_path or None, data_dir or None)  # "" is the form's empty field
     target = settings.model_copy(update={"embedder": target_embedder_config(model)})
     with engine_logs_in_run():
         return run_engine_reembed(settings, namespace, model, eval_beir or None, max_ndcg_drop,
                                   runner=PrefectRunner(target))
+
+
+def checked_form(config: KbConfig | None, config_path: str | None, model: str, data_dir: str | None,
+                 eval_beir: str | None) -> tuple[str | None, str, str | None, str | None]:
+    """A deployed reembed's parameters checked before anything is read: configs (and a model's YAML) only from
+    the configs folder, a data dir other than the config's and the quality-check set only under
+    deploy.source_roots, no whole config object."""
+    if config is not None:
+        raise SourceRefused("a deployed reembed takes a config name (config_path), not a config object")
+    served = load_served_config(config_path or "default")
+    if model.endswith((".yaml", ".yml")):
+        model = str(served_config_path(model))
+    policy = served_policy(served)
+    if data_dir and str(data_dir) != str(served.data_dir):
+        data_dir = policy.check(data_dir)
+    if eval_beir:
+        eval_beir = policy.check(eval_beir)
+    return config_path, model, data_dir, eval_beir

@@ -93,7 +93,8 @@ def _run_ingest(config: KbConfig, job: IngestJob) -> dict:
     flow = with_task_runner(ingest_flow, config)  # threads, processes or dask, as configured
     return _as_flow_run(lambda: flow(sources=job.sources, namespace=job.namespace, texts=job.texts or None,
                                      dry_run=job.dry_run, force=job.force, allow_mass_delete=job.allow_mass_delete,
-                                     config=config, add_only=job.add_only))
+                                     config=config, add_only=job.add_only,
+                                     roots=list(job.roots) or None))
 
 
 def ingest(sources: list[str] | None, namespace: str | None = None, config: KbConfig | str | Path | None = None,
@@ -112,13 +113,16 @@ def ingest(sources: list[str] | None, namespace: str | None = None, config: KbCo
 
 
 def add_document(path: str | Path, namespace: str | None = None, config: KbConfig | str | Path | None = None,
-                 data_dir: str | Path | None = None, force: bool = False) -> dict:
+                 data_dir: str | Path | None = None, force: bool = False, roots: tuple[str, ...] = ()) -> dict:
     """Add (or update) one file, or a folder's files, without touching the namespace's other documents (``ingest``
     instead makes the namespace hold exactly its sources and removes the rest). The document id comes from the
-    path relative to the file's own folder, so adding ``a/x.md`` and ``b/x.md`` is one document, the later one."""
+    path relative to the file's own folder, so adding ``a/x.md`` and ``b/x.md`` is one document, the later one.
+    ``roots``: a path someone else sent, already checked (``kbflow.trust``); a symlink met in its folder that
+    leads out of these folders is not read."""
     if not str(path).strip() or not (is_url(path) or Path(path).exists()):
         raise ConfigError(f"document {str(path)!r} does not exist: pass an existing file or folder")
-    return _run_ingest(_config(config, data_dir), IngestJob([str(path)], namespace, force=force, add_only=True))
+    return _run_ingest(_config(config, data_dir), IngestJob([str(path)], namespace, force=force, add_only=True,
+                                                            roots=tuple(roots)))
 
 
 def add_text(text: str, doc_id: str, namespace: str | None = None, config: KbConfig | str | Path | None = None,

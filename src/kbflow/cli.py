@@ -680,19 +680,41 @@ def mcp(
     http: Optional[str] = typer.Option(None, "--http", metavar="HOST:PORT", help="Serve streamable HTTP at "
                                        "http://HOST:PORT/mcp instead of stdio."),
     read_only: bool = typer.Option(False, "--read-only", help="Offer search, ask, stats and list_namespaces only."),
+    roots: list[str] = typer.Option([], "--root", metavar="DIR", help="A folder whose files clients may add by path "
+                                    "(repeatable; adds to mcp.roots). Without any, adding by path is refused."),
+    allow_sources: list[str] = typer.Option([], "--allow-source", metavar="PREFIX", help="A URL prefix clients may "
+                                            "add from, e.g. s3://team-docs/ (repeatable; adds to mcp.allow_sources)."),
+    allowed_hosts: list[str] = typer.Option([], "--allowed-host", metavar="NAME[:PORT]", help="A Host name clients "
+                                            "use to reach the HTTP server, besides the bind address (repeatable)."),
+    token_file: Optional[Path] = typer.Option(None, "--token-file", help="HTTP: a file whose first line is the "
+                                              "bearer token every request must send (or set KBFLOW_MCP_TOKEN)."),
+    tokens: Optional[Path] = typer.Option(None, "--tokens", help="HTTP: a YAML file of tokens, each with its "
+                                          "namespaces and read-only or read-write access (docs/security.md)."),
+    no_auth: bool = typer.Option(False, "--no-auth-on-trusted-network", help="HTTP: allow a non-loopback bind "
+                                 "without any token. Anyone who reaches the port can then use every tool."),
 ) -> None:
     """Serve namespaces as MCP tools for agents (search, ask, add_text, add_document, stats, list_namespaces);
-    stdio by default. See docs/agents.md."""
+    stdio by default. Clients reach only the folders and URL prefixes you allow. See docs/agents.md and
+    docs/security.md."""
     try:
         cfg = api._config(config, data_dir)
+        cfg = cfg.model_copy(update={"mcp": cfg.mcp.model_copy(update={
+            "roots": [*cfg.mcp.roots, *roots], "allow_sources": [*cfg.mcp.allow_sources, *allow_sources],
+            "allowed_hosts": [*cfg.mcp.allowed_hosts, *allowed_hosts]})})
         for name in namespaces:
             check_namespace(name)
         if http is not None and not http.rpartition(":")[2].isdigit():
             raise ConfigError(f"--http {http!r}: pass HOST:PORT, e.g. 127.0.0.1:8765")
+        if http is None and (token_file or tokens or no_auth):
+            raise ConfigError("--token-file, --tokens and --no-auth-on-trusted-network apply to --http only (a stdio "
+                              "server answers only the process that started it)")
         from kbflow import mcp_server
+        from kbflow.mcp_http import load_tokens
+
+        table = load_tokens(token_file, tokens) if http is not None else None
+        mcp_server.serve(cfg, namespaces, read_only, http, table, no_auth)
     except KbflowError as exc:
         _fail(exc)
-    mcp_server.serve(cfg, namespaces, read_only, http)
 
 
 @app.command()

@@ -60,6 +60,12 @@ class ConvertConfig(_Section):
     zip_max_members: int = Field(10000, ge=1, description="An archive with more members than this is refused.")
     max_line_chars: int = Field(1_000_000, ge=1000, description="A text file with a longer line is refused (minified or binary data).")
     html_max_depth: int = Field(200, ge=10, le=400, description="HTML nested deeper than this is refused (it would exhaust the converter's recursion).")
+    secret_scan: bool = Field(True, description="Scan each file's text for credentials (private key blocks, cloud "
+                              "access keys, API tokens) before it is stored: a file with a hit is a failure naming "
+                              "the rule and line (never the secret) and is not stored (docs/security.md).")
+    secret_scan_allow: list[str] = Field(
+        default_factory=list, description="Glob patterns of source paths (as in search results, e.g. "
+        "'docs/examples/*') whose files are stored even when the secret scan finds something in them.")
 
 
 class ChunkConfig(_Section):
@@ -197,6 +203,10 @@ class FlowConfig(_Section):
     max_delete_fraction: float = Field(
         0.3, ge=0, le=1, description="Refuse a run that would delete more than this share of a namespace's documents."
     )
+    lock_wait_s: float = Field(
+        600.0, ge=0, description="Seconds a write waits for another write to the same namespace from this process "
+        "(threads, an MCP server, a backfill) to finish before it gives up; writes from other processes are "
+        "refused at once.")
 
 
 class RerankConfig(_Section):
@@ -339,6 +349,28 @@ class DeployConfig(_Section):
         "the backfill flow's 'all namespaces' means these.",
     )
     backfill_concurrency: int = Field(2, ge=1, le=32, description="Namespaces a backfill ingests at the same time.")
+    source_roots: list[str] | None = Field(
+        None, description="Folders (and URL prefixes such as s3://bucket/docs/) that served deployments may read: "
+        "a Run form's or a backfill's source outside them fails the run before anything is read "
+        "(docs/security.md). Empty: the folders of this config's own sources and deploy.schedules sources.")
+
+
+class McpConfig(_Section):
+    roots: list[str] = Field(
+        default_factory=list, description="Folders whose files MCP clients may add by path (`kbflow mcp --root`, "
+        "which adds to these). A path is accepted only when its real path, symlinks and '..' resolved, lies under "
+        "one of them. Empty: adding by path is refused; inline content still works.")
+    allow_sources: list[str] = Field(
+        default_factory=list, description="URL prefixes MCP clients may add from (`--allow-source`, e.g. "
+        "s3://team-docs/ or https://docs.example.com/manual/). http(s) URLs to loopback, link-local or private "
+        "addresses are refused unless a prefix names that host; every redirect is checked again.")
+    max_inline_mb: float | None = Field(
+        None, gt=0, description="Largest inline document (add_document content / content_base64) in MB, decoded. "
+        "Empty: convert.max_file_mb. The HTTP transport's request limit is set to fit it as base64.")
+    allowed_hosts: list[str] = Field(
+        default_factory=list, description="Host header values (name or name:port) the HTTP transport accepts "
+        "besides the bind address (`--allowed-host`): the names clients use to reach a server bound to 0.0.0.0. "
+        "Requests naming another host get 421, from a browser page of another origin 403.")
 
 
 class RunnerConfig(_Section):
@@ -368,6 +400,7 @@ class KbConfig(_Section):
     search: SearchConfig = Field(default_factory=SearchConfig)
     graph: GraphConfig = Field(default_factory=GraphConfig)
     deploy: DeployConfig = Field(default_factory=DeployConfig)
+    mcp: McpConfig = Field(default_factory=McpConfig)
     runner: RunnerConfig = Field(default_factory=RunnerConfig)
 
     @field_validator("data_dir", mode="before")

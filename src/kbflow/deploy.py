@@ -16,6 +16,7 @@ from pydantic.json_schema import SkipJsonSchema
 from kbflow.config import NAMESPACE_RE, KbConfig, ScheduleConfig, load_config
 from kbflow.convert.objects import is_url
 from kbflow.errors import ConfigError
+from kbflow.trust import SourcePolicy, SourceRefused
 
 CONFIGS_DIR_ENV = "KBFLOW_CONFIGS_DIR"  # where config names are looked up; default: ./configs
 
@@ -210,3 +211,56 @@ def failed_documents_message(summary: dict) -> str:
     return (f"{len(failures)} failure(s) ({', '.join(stages)}; {docs['failed']} document(s)) in namespace "
             f"{summary['namespace']!r}, run {summary['run_id']} (the rest was ingested): see the run's failures "
             "artifact or failures.parquet, fix or remove those files, and run again")
+
+
+# -- the trust boundary of served deployments (kbflow.trust): a Run form, the API or a CI backfill is someone else
+
+
+def served_config_path(name: str) -> Path | None:
+    """``config_path`` for a name that arrived in a Run form or a CI request: a YAML file must lie in the configs
+    folder (KBFLOW_CONFIGS_DIR, default ./configs), so a form cannot point the run at another config."""
+    path = config_path(name)
+    if path is None:
+        return None
+    folder = Path(os.environ.get(CONFIGS_DIR_ENV, "configs"))
+    allowed = SourcePolicy.create([folder], root_setting=CONFIGS_DIR_ENV) if folder.is_dir() else SourcePolicy()
+    try:
+        return allowed.check_path(path)
+    except ConfigError:
+        raise SourceRefused(f"config {name!r} is not in the configs folder {str(folder)!r}: a deployed run reads "
+                            f"only the configs there (pass a config name, or move the file there; "
+                            f"{CONFIGS_DIR_ENV} moves the folder)") from None
+
+
+def load_served_config(name: str) -> KbConfig:
+    return load_config(served_config_path(name))
+
+
+def served_policy(config: KbConfig) -> SourcePolicy:
+    """What served deployments may read: ``deploy.source_roots``, or by default the folders of the config's own
+    sources and deploy.schedules sources (a file's folder; a URL source is allowed as a prefix)."""
+    if config.deploy.source_roots is not None:
+        chosen = list(config.deploy.source_roots)
+    else:
+        chosen = [*config.sources, *(s for schedule in config.deploy.schedules for s in schedule.sources)]
+    folders, prefixes = [], []
+    for source in chosen:
+        if is_url(source):
+            prefixes.append(source)
+        elif Path(source).expanduser().exists():
+            folders.append(source if Path(source).expanduser().is_dir() else str(Path(source).expanduser().parent))
+        elif config.deploy.source_roots is not None:
+            raise ConfigError(f"deploy.source_roots entry {source!r} does not exist: pass existing folders")
+    return SourcePolicy.create(folders, prefixes, root_setting="deploy.source_roots",
+                               source_setting="deploy.source_roots")
+
+
+def check_served_sources(config: KbConfig, sources: list[str]) -> tuple[list[str], tuple[str, ...]]:
+    """(sources to read, roots their walk stays under) for sources a deployed run was given: each must lie under
+    ``served_policy``; the run fails before anything is read otherwise."""
+    policy = served_policy(config)
+    configured = {*config.sources, *(s for schedule in config.deploy.schedules for s in schedule.sources)}
+    for source in sources:  # the operator's own source gone: say so (a form's path outside says only "outside")
+        if source in configured and not is_url(source) and not Path(source).expanduser().exists():
+            raise ConfigError(f"source {source!r} does not exist: pass an existing file or folder")
+    return [policy.check(str(source)) for source in sources], tuple(str(root) for root in policy.roots)

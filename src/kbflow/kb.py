@@ -37,10 +37,10 @@ class KnowledgeBase:
         """Add (or replace, same ``doc_id``) a text as a document; returns the run summary."""
         return self._written(api.add_text(text, doc_id, self.namespace, self.config))
 
-    def add_document(self, path: str | Path) -> dict:
+    def add_document(self, path: str | Path, roots: tuple[str, ...] = ()) -> dict:
         """Add (or update) a file or a folder's files, leaving the namespace's other documents as they are;
-        returns the run summary."""
-        return self._written(api.add_document(path, self.namespace, self.config))
+        returns the run summary. ``roots``: see ``kbflow.api.add_document``."""
+        return self._written(api.add_document(path, self.namespace, self.config, roots=roots))
 
     def search(self, query: str, limit: int | None = None, mode: str | None = None, min_score: float | None = None,
                source_glob: str | None = None, heading_prefix: list[str] | None = None,

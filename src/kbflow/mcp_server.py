@@ -6,6 +6,10 @@ The SDK runs each call in a worker thread, so a search is answered while an inge
 namespace from this server queue on a lock here instead of failing on the namespace lock. A failure an agent
 can act on (an unknown namespace, a missing file, no chat model configured) comes back as a tool error with the
 message the CLI would print; arguments are checked against the tools' input schemas by the SDK.
+
+A client is someone else: every path or URL it sends goes through the trust boundary (``kbflow.trust``: paths
+only under ``--root``, URLs only under ``--allow-source``, never private hosts unless named), inline content has a
+size limit, and over HTTP each request's token limits its namespaces and writes (``kbflow.mcp_http``).
 """
 
 from __future__ import annotations
@@ -18,15 +22,20 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
-from kbflow import api
+from kbflow import __version__, api
 from kbflow.config import KbConfig, check_namespace
-from kbflow.errors import KbflowError
+from kbflow.convert.objects import is_url
+from kbflow.errors import ConfigError, KbflowError
 from kbflow.kb import KnowledgeBase
+from kbflow.mcp_http import FULL, GRANT_KEY, NO_AUTH_FLAG, TOKEN_ENV, Gate, Grant, TokenTable, allowed_hosts, is_loopback
 from kbflow.storage import location, write_bytes_atomic
+from kbflow.trust import SourcePolicy, fetch
 
 INSTRUCTIONS = (
     "A searchable knowledge base built from documents (PDF, Office, HTML, Markdown, code, images, audio; English "
@@ -41,28 +50,36 @@ INBOX = "mcp-inbox"  # under the data dir: files sent inline by add_document, on
 
 
 class Tools:
-    """The tool functions, over one config; ``namespaces`` limits which namespaces may be used (empty: any)."""
+    """The tool functions, over one config; ``namespaces`` limits which namespaces may be used (empty: any),
+    ``policy`` what paths and URLs a client may make the server read, ``inline_bytes`` the largest inline
+    document."""
 
-    def __init__(self, config: KbConfig, namespaces: list[str], read_only: bool):
+    def __init__(self, config: KbConfig, namespaces: list[str], read_only: bool, policy: SourcePolicy,
+                 inline_bytes: int):
         self.config = config
         self.allowed = [check_namespace(name) for name in namespaces]
         self.default = self.allowed[0] if self.allowed else check_namespace(config.namespace)
         self.read_only = read_only
+        self.policy = policy
+        self.inline_bytes = inline_bytes
         self._kbs: dict[str, KnowledgeBase] = {}
         self._writes: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
 
-    def _name(self, namespace: str | None) -> str:
+    def _name(self, namespace: str | None, grant: Grant) -> str:
+        default = self.default if grant.allows(self.default) else grant.namespaces[0]
         try:
-            name = check_namespace(namespace or self.default)
+            name = check_namespace(namespace or default)
         except KbflowError as exc:
             raise ToolError(str(exc)) from None
         if self.allowed and name not in self.allowed:
             raise ToolError(f"namespace {name!r} is not served here; served: {', '.join(self.allowed)}")
+        if not grant.allows(name):
+            raise ToolError(f"namespace {name!r} is outside this token's namespaces ({', '.join(grant.namespaces)})")
         return name
 
-    def _kb(self, namespace: str | None, existing: bool = True) -> KnowledgeBase:
-        name = self._name(namespace)
+    def _kb(self, namespace: str | None, grant: Grant, existing: bool = True) -> KnowledgeBase:
+        name = self._name(namespace, grant)
         if existing:
             try:
                 api.require_namespace(name, self.config)
@@ -74,10 +91,16 @@ class Tools:
                 self._writes[name] = threading.Lock()
             return self._kbs[name]
 
-    def _write(self, namespace: str | None, operation) -> dict:
+    def _check_writable(self, grant: Grant) -> None:
         if self.read_only:
             raise ToolError("this server is read-only (kbflow mcp --read-only): writes are refused")
-        kb = self._kb(namespace, existing=False)
+        if not grant.write:
+            raise ToolError("this token is read-only: writes are refused (ask the server's operator for a "
+                            "read-write token)")
+
+    def _write(self, namespace: str | None, grant: Grant, operation) -> dict:
+        self._check_writable(grant)
+        kb = self._kb(namespace, grant, existing=False)
         with self._writes[kb.namespace]:
             try:
                 summary = operation(kb)
@@ -100,10 +123,10 @@ class Tools:
                    description="Only sections under this heading path, e.g. ['Backup', 'Restore'].")] = None,
                doc_ids: Annotated[list[str] | None, Field(
                    description="Only these documents (doc_id values from earlier results).")] = None,
-               ) -> list[dict]:
+               ctx: Context | None = None) -> list[dict]:
         """Find the passages of a namespace that best match a query. Each result has the source file path, the
         heading path of its section, a score (higher is better; its scale depends on the mode) and the text."""
-        kb = self._kb(namespace)
+        kb = self._kb(namespace, grant_of(ctx))
         try:
             hits = kb.search(query, limit=limit, mode=mode, source_glob=source_glob, heading_prefix=heading_prefix,
                              doc_ids=doc_ids)
@@ -117,11 +140,12 @@ class Tools:
             source_glob: Annotated[str | None, Field(description="Only files matching this glob.")] = None,
             agentic: Annotated[bool, Field(description="Let the question choose its retrieval (one search, parallel "
                                                        "searches for a comparison, several hops, a rewritten query); "
-                                                       "the rounds come back as 'trace'.")] = False) -> dict:
+                                                       "the rounds come back as 'trace'.")] = False,
+            ctx: Context | None = None) -> dict:
         """Answer a question from the namespace's passages with the server's chat model: the answer cites its
         sources as [1], [2] and lists them (path, heading). An error when the server has no chat model: then use
         search and answer from the passages yourself."""
-        kb = self._kb(namespace)
+        kb = self._kb(namespace, grant_of(ctx))
         try:
             return kb.ask(question, mode=mode, source_glob=source_glob, agentic=agentic)
         except KbflowError as exc:
@@ -130,57 +154,125 @@ class Tools:
     def add_text(self, text: Annotated[str, Field(min_length=1, description="The text (Markdown is fine).")],
                  doc_id: Annotated[str, Field(min_length=1, description="Your id for this document; adding "
                                               "another text with the same id replaces it.")],
-                 namespace: NamespaceArg = None) -> dict:
+                 namespace: NamespaceArg = None, ctx: Context | None = None) -> dict:
         """Add a text to the knowledge base as a document (created with the namespace if new). Returns the run
         summary: documents new/changed/unchanged, chunks embedded, failures."""
-        return self._write(namespace, lambda kb: kb.add_text(text, doc_id))
+        if len(text.encode("utf-8")) > self.inline_bytes:
+            raise ToolError(self._too_large(len(text.encode("utf-8"))))
+        return self._write(namespace, grant_of(ctx), lambda kb: kb.add_text(text, doc_id))
 
     def add_document(self, path: Annotated[str | None, Field(
-                         description="A file or folder on the server's machine to add.")] = None,
+                         description="A file or folder on the server's machine to add (only under the folders the "
+                         "server allows, its --root), or a URL under a source it allows (--allow-source).")] = None,
                      filename: Annotated[str | None, Field(
                          description="For content sent inline: the file name, whose extension picks the "
                          "converter (report.pdf, notes.md, page.html); the same name replaces it.")] = None,
                      content: Annotated[str | None, Field(description="Inline text content (with filename).")] = None,
                      content_base64: Annotated[str | None, Field(
                          description="Inline binary content, base64 (with filename), e.g. a PDF.")] = None,
-                     namespace: NamespaceArg = None) -> dict:
-        """Add or update a document: a path on the server's machine, or content sent inline with a file name.
-        Only new or changed files are converted and embedded; the namespace's other documents stay."""
+                     namespace: NamespaceArg = None, ctx: Context | None = None) -> dict:
+        """Add or update a document: a path on the server's machine (under the folders it allows), a URL (under
+        the sources it allows), or content sent inline with a file name (up to the server's inline limit). Only
+        new or changed files are converted and embedded; the namespace's other documents stay. A file whose text
+        looks like it holds credentials is not stored (a failure says which rule and line)."""
+        grant = grant_of(ctx)
         if (path is None) == (content is None and content_base64 is None) or (content is not None
                                                                             and content_base64 is not None):
             raise ToolError("pass either path, or filename with content or content_base64")
         if path is not None:
-            return self._write(namespace, lambda kb: kb.add_document(path))
+            return self._add_source(path, namespace, grant)
         name = (filename or "").strip()
         if not name or Path(name).name != name or name.startswith("."):
             raise ToolError(f"filename {filename!r} must be a plain file name with an extension, e.g. notes.md")
+        size = len(content.encode("utf-8")) if content is not None else len(content_base64) * 3 // 4
+        if size > self.inline_bytes:
+            raise ToolError(self._too_large(size))
         try:
             data = content.encode("utf-8") if content is not None else base64.b64decode(content_base64,
                                                                                          validate=True)
         except binascii.Error as exc:
             raise ToolError(f"content_base64 is not valid base64 ({exc})") from None
+        return self._write(namespace, grant, lambda kb: self._add_inline(kb, name, data))
 
-        def add(kb: KnowledgeBase) -> dict:
-            target = location(self.config.data_dir) / INBOX / kb.namespace / name  # a folder, or the KB's bucket
-            write_bytes_atomic(target, data)
-            return kb.add_document(str(target))
+    def _add_source(self, source: str, namespace: str | None, grant: Grant) -> dict:
+        """A client's path or URL, checked at the trust boundary before anything is read: an http(s) URL is
+        fetched here (each redirect checked, size-limited) and added as an inline document; a path is added with
+        its walk confined to the roots."""
+        self._check_writable(grant)  # refused before anything is read
+        self._name(namespace, grant)
+        try:
+            if is_url(source):
+                checked = self.policy.check_url(source)
+                if checked.addresses:  # http(s)
+                    fetched = fetch(source, self.policy, self.inline_bytes)
+                    name = _file_name(fetched.url, fetched.content_type)
+                    return self._write(namespace, grant, lambda kb: self._add_inline(kb, name, fetched.content))
+                return self._write(namespace, grant, lambda kb: kb.add_document(checked.url))
+            real = self.policy.check_path(source)
+        except KbflowError as exc:
+            raise ToolError(str(exc)) from None
+        roots = tuple(str(root) for root in self.policy.roots)
+        return self._write(namespace, grant, lambda kb: kb.add_document(real, roots=roots))
 
-        return self._write(namespace, add)
+    def _add_inline(self, kb: KnowledgeBase, name: str, data: bytes) -> dict:
+        target = location(self.config.data_dir) / INBOX / kb.namespace / name  # a folder, or the KB's bucket
+        write_bytes_atomic(target, data)
+        return kb.add_document(str(target))
 
-    def stats(self, namespace: NamespaceArg = None) -> dict:
+    def _too_large(self, size: int) -> str:
+        return (f"inline content of {size / 1e6:.1f} MB is over this server's limit of {self.inline_bytes / 1e6:g} "
+                "MB (mcp.max_inline_mb, default convert.max_file_mb); add the file by path under an allowed root "
+                "instead")
+
+    def stats(self, namespace: NamespaceArg = None, ctx: Context | None = None) -> dict:
         """Documents, chunks, embedding model, store size and last run of a namespace."""
-        kb = self._kb(namespace)
+        kb = self._kb(namespace, grant_of(ctx))
         return kb.stats()
 
-    def list_namespaces(self) -> list[dict]:
+    def list_namespaces(self, ctx: Context | None = None) -> list[dict]:
         """The namespaces this server can use, with their documents, chunks, model and last run."""
+        grant = grant_of(ctx)
         found = api.namespaces(self.config)
-        return [row for row in found if not self.allowed or row["namespace"] in self.allowed]
+        return [row for row in found if (not self.allowed or row["namespace"] in self.allowed)
+                and grant.allows(row["namespace"])]
+
+
+def grant_of(ctx: Context | None) -> Grant:
+    """The caller's grant: its token's over HTTP (put in the request's scope by ``kbflow.mcp_http.Gate``), the
+    server's own over stdio. An HTTP request without one is refused (fail closed)."""
+    request = ctx.request_context.request if ctx is not None else None
+    scope = getattr(request, "scope", None)
+    if scope is None:
+        return FULL
+    grant = scope.get(GRANT_KEY)
+    if grant is None:
+        raise ToolError("this request carries no credentials check; refused")
+    return grant
+
+
+def _file_name(url: str, content_type: str) -> str:
+    """A file name for a fetched URL (its last path segment), with an extension its converter can go by."""
+    from urllib.parse import unquote, urlsplit
+
+    name = Path(unquote(urlsplit(url).path)).name.lstrip(".") or "index"
+    if not Path(name).suffix:
+        kind = content_type.split(";", 1)[0].strip().lower()
+        name += {"text/html": ".html", "application/pdf": ".pdf", "text/markdown": ".md",
+                 "application/json": ".json"}.get(kind, ".txt")
+    return name
+
+
+def inline_limit(config: KbConfig) -> int:
+    """The largest inline document in bytes: mcp.max_inline_mb, else convert.max_file_mb."""
+    return int((config.mcp.max_inline_mb or config.convert.max_file_mb) * 1e6)
 
 
 def build_server(config: KbConfig, namespaces: list[str] | None = None, read_only: bool = False) -> MCPServer:
-    tools = Tools(config, namespaces or [], read_only)
-    server = MCPServer("kbflow", instructions=INSTRUCTIONS, log_level="WARNING")
+    """The MCP server over ``config``; its roots and allowed sources are ``config.mcp``'s (checked here: a root
+    that does not exist stops the start)."""
+    policy = SourcePolicy.create(config.mcp.roots, config.mcp.allow_sources)
+    tools = Tools(config, namespaces or [], read_only, policy, inline_limit(config))
+    server = MCPServer("kbflow", instructions=INSTRUCTIONS, log_level="WARNING", version=__version__)
     reading = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
     writing = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=True, openWorldHint=False)
     for fn, hints in ((tools.search, reading), (tools.ask, reading), (tools.stats, reading),
@@ -191,12 +283,37 @@ def build_server(config: KbConfig, namespaces: list[str] | None = None, read_onl
     return server
 
 
-def serve(config: KbConfig, namespaces: list[str] | None, read_only: bool, http: str | None) -> None:
-    """Run until stdin closes (stdio) or the process is stopped (``http`` = 'HOST:PORT', streamable HTTP at /mcp)."""
+def http_app(config: KbConfig, server: MCPServer, bind: str, tokens: TokenTable | None, no_auth: bool):
+    """The streamable-HTTP app for ``bind`` behind the gate (``kbflow.mcp_http``); refuses a non-loopback bind
+    without a token unless ``no_auth``, and a wildcard bind without the host names clients use."""
+    if tokens is None and not is_loopback(bind) and not no_auth:
+        raise ConfigError(f"refusing to serve {bind} without authentication: set {TOKEN_ENV} (or --token-file / "
+                          f"--tokens), or pass {NO_AUTH_FLAG} if the network itself is trusted")
+    if bind in ("0.0.0.0", "::", "") and not config.mcp.allowed_hosts:
+        raise ConfigError(f"binding to {bind or 'every address'} accepts any Host header name: pass --allowed-host "
+                          "NAME[:PORT] (repeatable) with the names clients use to reach this server")
+    hosts, origins = allowed_hosts(bind, config.mcp.allowed_hosts)
+    inline = inline_limit(config)
+    body_limit = inline * 4 // 3 + 1_000_000  # base64 of the largest inline document, plus its JSON envelope
+    app = server.streamable_http_app(
+        host=bind, max_request_body_size=body_limit,
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts,
+                                                     allowed_origins=origins))
+    return Gate(app, tokens, body_limit, inline / 1e6)
+
+
+def serve(config: KbConfig, namespaces: list[str] | None, read_only: bool, http: str | None,
+          tokens: TokenTable | None = None, no_auth: bool = False) -> None:
+    """Run until stdin closes (stdio) or the process is stopped (``http`` = 'HOST:PORT', streamable HTTP at /mcp).
+    Every refusal to start (a bad root, an unauthenticated public bind) is a ConfigError before anything runs."""
     logging.getLogger("mcp").setLevel(logging.WARNING)
     server = build_server(config, namespaces, read_only)
     if http is None:
         server.run("stdio")
         return
     host, _, port = http.rpartition(":")
-    server.run("streamable-http", host=host or "127.0.0.1", port=int(port))
+    bind = (host or "127.0.0.1").strip("[]")
+    app = http_app(config, server, bind, tokens, no_auth)
+    import uvicorn
+
+    uvicorn.run(app, host=bind, port=int(port), log_level="warning")

@@ -46,7 +46,7 @@ def test_stdio_tools_write_search_and_answer_reads_while_a_write_runs(tmp_path):
     docs = tmp_path / "docs"
     shutil.copytree(CASES / "docs", docs)
     server = StdioServerParameters(
-        command=KBFLOW, args=["mcp", "--config", str(_config(tmp_path))], cwd=str(tmp_path),
+        command=KBFLOW, args=["mcp", "--config", str(_config(tmp_path)), "--root", str(tmp_path)], cwd=str(tmp_path),
         # the second store write (add_document's) stops until the test removes the marker
         env=_env(KBFLOW_FAILPOINTS="upsert.after_store=2:pause(120)", KBFLOW_FAILPOINTS_MARKER=str(marker)))
 

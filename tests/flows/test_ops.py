@@ -63,7 +63,8 @@ def test_prune_keeps_newest_runs_compacts_tables_and_keeps_contents(docs_dir, tm
     assert again["documents"]["unchanged"] == 4 and again["store"]["count"] == len(before[0])
 
 
-def test_backfill_runs_namespaces_apart_and_names_the_failed_one(docs_dir, tmp_path, counting):
+def test_backfill_runs_namespaces_apart_and_names_the_failed_one(docs_dir, tmp_path, counting, monkeypatch):
+    monkeypatch.setenv("KBFLOW_CONFIGS_DIR", str(tmp_path))  # a deployed run reads configs from this folder only
     config = tmp_path / "kb.yaml"
     config.write_text(f"data_dir: {tmp_path / 'data'}\ndeploy:\n  schedules:\n"
                       f"    - {{namespace: bf-ok, sources: [{docs_dir}]}}\n"
@@ -79,7 +80,7 @@ def test_backfill_runs_namespaces_apart_and_names_the_failed_one(docs_dir, tmp_p
     assert rebuilt["bf-ok"]["status"] == "ok" and "'changed': 4" in rebuilt["bf-ok"]["detail"]  # forced
 
 
-def test_request_with_failed_documents_ends_failed_and_lists_them_in_an_artifact(tmp_path):
+def test_request_with_failed_documents_ends_failed_and_lists_them_in_an_artifact(tmp_path, monkeypatch):
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
@@ -87,8 +88,9 @@ def test_request_with_failed_documents_ends_failed_and_lists_them_in_an_artifact
     from kbflow.deploy import IngestRequest
     from tests.conftest import CASES
 
+    monkeypatch.setenv("KBFLOW_CONFIGS_DIR", str(tmp_path))
     config = tmp_path / "kb.yaml"
-    config.write_text(f"data_dir: {tmp_path / 'data'}\n", encoding="utf-8")
+    config.write_text(f"data_dir: {tmp_path / 'data'}\ndeploy:\n  source_roots: [{tmp_path}]\n", encoding="utf-8")
     bad = tmp_path / "bad"  # three of tests/cases/bad (the whole bad-input set has its own tests)
     bad.mkdir()
     for name in ("broken.pdf", "empty.docx", "random.xlsx"):
@@ -126,3 +128,37 @@ def test_deployments_come_from_the_config_and_a_bad_cron_names_its_entry(tmp_pat
     config.write_text("deploy:\n  schedules:\n    - {namespace: a}\n    - {namespace: b, cron: 'every night'}\n")
     with pytest.raises(ConfigError, match=r"deploy.schedules\[1\] \(b\): cron 'every night'"):
         build_deployments(load_config(config), str(config))
+
+
+def test_a_run_form_reads_only_under_the_source_roots_and_configs_from_the_configs_folder(tmp_path, monkeypatch):
+    """A Run form (or the API behind it) is someone else: its sources, its config file and a symlink planted in
+    an allowed folder are checked before anything is read."""
+    from kbflow.deploy import IngestRequest
+    from kbflow.flows.ingest_request import ingest_request
+    from kbflow.trust import SourceRefused
+
+    configs, docs, private = tmp_path / "configs", tmp_path / "docs", tmp_path / "private"
+    for folder in (configs, docs, private):
+        folder.mkdir()
+    (docs / "tea.md").write_text("# Tea\n\nGreen tea is brewed at 80 degrees.\n")
+    (private / "notes.md").write_text("# Notes\n\nthe launch code is swordfish-4471\n")
+    (docs / "planted.md").symlink_to(private / "notes.md")
+    monkeypatch.setenv("KBFLOW_CONFIGS_DIR", str(configs))
+    (configs / "team.yaml").write_text(f"data_dir: {tmp_path / 'data'}\nsources: [{docs}]\n"
+                                       "embedder: {backend: local}\n")
+    (tmp_path / "elsewhere.yaml").write_text(f"data_dir: {tmp_path / 'data'}\nsources: [{private}]\n")
+
+    for sources in ([str(private)], [str(private / "notes.md")], [str(docs / ".." / "private")], ["/etc"]):
+        with pytest.raises(SourceRefused, match="deploy.source_roots"):
+            ingest_request(IngestRequest(namespace="team", sources=sources, config="team"))
+    with pytest.raises(SourceRefused, match="configs folder"):
+        ingest_request(IngestRequest(namespace="team", config=str(tmp_path / "elsewhere.yaml")))
+    assert not (tmp_path / "data" / "state" / "team").exists()  # refused before anything was read or written
+
+    from kbflow.flows.ingest_request import DocumentsFailed
+
+    with pytest.raises(DocumentsFailed, match="1 failure"):  # the planted link: a failure, never read
+        ingest_request(IngestRequest(namespace="team", config="team"))
+    assert api.stats("team", configs / "team.yaml")["documents"] == 1
+    hits = api.search("launch code", "team", config=configs / "team.yaml", limit=10)
+    assert all("swordfish" not in hit.text for hit in hits)

@@ -76,10 +76,11 @@ def server(tmp_path_factory):
     env.pop("PREFECT_LOGGING_LEVEL", None)  # kbflow's own defaults decide what reaches the API
     docs = root / "docs"
     shutil.copytree(CASES / "docs", docs)
-    config = root / "kbflow.yaml"
+    (root / "configs").mkdir()  # served runs read configs from ./configs of the served folder only
+    config = root / "configs" / "kbflow.yaml"
     config.write_text(f"data_dir: {root / 'data'}\nsources: [{docs}]\n"
                       f"deploy:\n  schedules:\n    - namespace: srv\n      cron: '0 3 * * *'\n", encoding="utf-8")
-    bad_config = root / "bad.yaml"
+    bad_config = root / "configs" / "bad.yaml"
     bad_config.write_text("flow:\n  doc_batch: 0\n", encoding="utf-8")
 
     server_log, serve_log = root / "server.log", root / "serve.log"

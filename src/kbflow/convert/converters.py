@@ -31,6 +31,7 @@ from kbflow.convert.formats.pdf import convert_pdf
 from kbflow.convert.formats.text import (CSV_SUFFIXES, TEXT_SUFFIXES, check_lines, code_language, csv_table, decode_text,
                                  fenced)
 from kbflow.convert.scan import SourceFile, doc_id_for
+from kbflow.convert.secrets import SecretFound, check_secrets
 from kbflow.schemas import DOCUMENTS
 
 __all__ = ["Converted", "convert_file", "convert_bytes", "convert_batch", "converter_fingerprint", "decode_text",
@@ -336,8 +337,21 @@ def convert_batch(sources: list[SourceFile], options: ConvertConfig | None = Non
         for i, row in zip(todo, results):
             rows[i] = row
         report(len(sources))
+    if options.secret_scan:  # cached rows too: the scan may have been off, or its rules older, when they were made
+        for row in rows:
+            _hold_back_secrets(row, options)
     if cache is not None:
         for i in todo:
             if rows[i]["status"] == "ok":
                 cache.put(rows[i]["source_sha256"], keys[i], rows[i])
     return pa.Table.from_pylist(rows, schema=DOCUMENTS)
+
+
+def _hold_back_secrets(row: dict, options: ConvertConfig) -> None:
+    """A converted row whose text holds a credential becomes a failure without its text (never stored)."""
+    if row["status"] != "ok" or not row["markdown"]:
+        return
+    try:
+        check_secrets(row["markdown"], row["source_path"], options.secret_scan_allow)
+    except SecretFound as exc:
+        row.update(status="failed", markdown=None, error=f"{type(exc).__name__}: {exc}")

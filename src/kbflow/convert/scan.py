@@ -11,6 +11,7 @@ import os
 import posixpath
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from kbflow.convert.archive import MEMBER_SEP, ZIP_SUFFIXES, ArchiveLimits, member_escapes, open_archive, read_member
 from kbflow.convert.objects import is_url, list_objects, modified, sha256_object, sha256_stream, url_of
@@ -110,6 +111,16 @@ def _unreadable_source(path: Path, source_path: str, namespace: str) -> SourceFi
                           unreadable=f"{reason} (-> {target!r}): {exc.strerror}; fix the link or remove it")
 
 
+def _refused_link(path: Path, source_path: str, namespace: str) -> SourceFile:
+    """A symlink whose target lies outside the folders the caller may read: listed (so it is reported), never
+    read; the message does not say where it points."""
+    digest = hashlib.sha256(f"refused link\x00{source_path}".encode()).hexdigest()
+    return SourceFile(doc_id=doc_id_for(namespace, source_path), source_path=source_path, abs_path=str(path),
+                      source_sha256=digest, size=0, mtime=0.0, mime="inode/symlink",
+                      unreadable="refused: a symlink that leads outside the folders this caller may read; it was "
+                                 "not read (replace the link with the file, or ask the operator to allow its folder)")
+
+
 def archive_members(path: Path | str, source_path: str, namespace: str, limits: ArchiveLimits,
                     include: list[str], exclude: list[str], mtime: float | None = None) -> list[SourceFile] | None:
     """One source per file member of a ZIP archive (a local path or an object's URL, then with its ``mtime``);
@@ -145,13 +156,16 @@ def archive_members(path: Path | str, source_path: str, namespace: str, limits: 
 
 def scan(sources: list[str | Path], namespace: str, include: list[str], exclude: list[str],
          archive_limits: ArchiveLimits | None = None,
-         unreadable_folders: list[UnreadableFolder] | None = None) -> list[SourceFile]:
+         unreadable_folders: list[UnreadableFolder] | None = None,
+         confine: Callable[[Path], bool] | None = None) -> list[SourceFile]:
     """Hash every source file. Relative paths start at each source's own folder name, so the same
     folder ingested from another working directory keeps its ids. ZIP archives are listed member by member.
     A source that is a URL (``s3://bucket/prefix/``) is scanned in object storage the same way (``_scan_url``).
 
     A file that cannot be read becomes a source whose conversion fails with the reason (one failure row; the
-    other files go on). A folder that cannot be listed goes to ``unreadable_folders`` (see ``iter_files``)."""
+    other files go on). A folder that cannot be listed goes to ``unreadable_folders`` (see ``iter_files``).
+    ``confine`` (the trust boundary's ``SourcePolicy.contains``) is asked about every symlinked file before it is
+    hashed: one that leads out of the allowed folders is never read and fails with the reason."""
     limits = archive_limits or ArchiveLimits(max_total_bytes=500_000_000, max_members=10_000)
     found: dict[str, SourceFile] = {}
     for url in [source for source in sources if is_url(source)]:
@@ -159,6 +173,9 @@ def scan(sources: list[str | Path], namespace: str, include: list[str], exclude:
     local = [source for source in sources if not is_url(source)]
     for path, base in iter_files(local, include, exclude, unreadable_folders):
         source_path = path.relative_to(base).as_posix()
+        if confine is not None and path.is_symlink() and not confine(path):
+            found[source_path] = _refused_link(path, source_path, namespace)
+            continue
         unreadable = _unreadable_source(path, source_path, namespace)
         if unreadable is not None:
             found[source_path] = unreadable

@@ -61,6 +61,7 @@ from kbflow.state.snapshots import clean_temporaries, write_table
 from kbflow.storage import location
 from kbflow.stores import open_store
 from kbflow.stores.errors import store_errors
+from kbflow.trust import SourcePolicy
 from kbflow.stores.factory import store_uri
 from kbflow.stores.vector_cache import VectorCache
 
@@ -81,6 +82,9 @@ class IngestJob:
     # add these files (new or changed) and leave the namespace's other documents alone; without it the sources
     # are the namespace's whole set of files, and stored files no longer among them are removed
     add_only: bool = False
+    # when set, files met in a folder's walk must really lie under these folders (``kbflow.trust``): a symlink
+    # leading out of them is not read. Set for sources that someone else sent (MCP, a Run form, CI)
+    roots: tuple[str, ...] = ()
 
 
 @dataclass
@@ -159,7 +163,7 @@ def _ingest(config: KbConfig, job: IngestJob, runner: StageRunner, run_id: str) 
                        "store": {"count": 0, "indexes": {}}, "failures": []})
     run.embedding_counts_at_start = _embedding_counts(embedder)
     if job.dry_run:
-        plan = _plan(run, sources, texts, job.add_only)
+        plan = _plan(run, sources, texts, job.add_only, job.roots)
         run.summary["plan"] = plan.table().to_pylist()
         if state.meta() is not None:  # what the namespace holds now; nothing is created by a dry run
             run.summary["store"]["count"] = open_store(config, state.store_namespace(), embedder.dimension).count()
@@ -169,7 +173,7 @@ def _ingest(config: KbConfig, job: IngestJob, runner: StageRunner, run_id: str) 
     with store_errors(f"ingesting into data dir {str(data_dir)!r}"), namespace_lock(state.root, namespace) as lock:
         run.lock = lock
         # one writer per namespace; the plan is made under the lock
-        plan = _plan(run, sources, texts, job.add_only)
+        plan = _plan(run, sources, texts, job.add_only, job.roots)
         check_deletion_guard(plan, len(state.read_manifest()), config.flow.max_delete_fraction, job.allow_mass_delete)
         for folder in (state.root, data_dir / "runs" / namespace):  # leftovers of a killed run
             clean_temporaries(folder)
@@ -213,13 +217,15 @@ def _ingest(config: KbConfig, job: IngestJob, runner: StageRunner, run_id: str) 
     return summary
 
 
-def _plan(run: Run, sources: list[str] | None, texts: list[dict], add_only: bool = False) -> Plan:
+def _plan(run: Run, sources: list[str] | None, texts: list[dict], add_only: bool = False,
+          roots: tuple[str, ...] = ()) -> Plan:
     started = time.perf_counter()
     config = run.config
     limits = ArchiveLimits(int(config.convert.zip_max_total_mb * 1e6), config.convert.zip_max_members)
     unreadable: list[UnreadableFolder] = []
+    confine = SourcePolicy.create(list(roots)).contains if roots else None
     scanned = scan(sources, run.namespace, config.convert.include, config.convert.exclude, limits,
-                   unreadable) if sources else []
+                   unreadable, confine) if sources else []
     manifest = run.state.read_manifest()
     if manifest.num_rows:  # "unchanged" is trusted only for what the store holds (kbflow.engine.store_check)
         store = run.store or open_store(config, run.state.store_namespace(), run.embedder.dimension)
