@@ -80,3 +80,20 @@ def test_an_ingest_keeps_the_secret_out_of_the_store_and_every_snapshot(tmp_path
         assert token not in str(pq.read_table(parquet).to_pylist()), parquet
     assert not any(token in path.read_text(errors="ignore") for path in (tmp_path / "data").rglob("*.json"))
     assert all(hit.source_path != "docs/deploy.md" for hit in api.search("key", config=config, limit=10))
+
+
+def test_a_document_stored_before_the_scan_leaves_the_store_when_it_is_scanned(tmp_path, real_embedder):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "deploy.md").write_text("# Deploy\n\nUse the key below.\n\n" + PLANTED["Slack Token"])
+    (folder / "guide.md").write_text("# Guide\n\nBrew tea at 80 degrees.\n")
+    unscanned = tmp_path / "off.yaml"
+    unscanned.write_text(f"data_dir: {tmp_path / 'data'}\nembedder:\n  backend: local\nconvert:\n  secret_scan: false\n")
+    assert api.ingest([str(folder)], config=unscanned)["documents"]["new"] == 2
+    config = tmp_path / "kb.yaml"
+    config.write_text(f"data_dir: {tmp_path / 'data'}\nembedder:\n  backend: local\n")
+    summary = api.ingest([str(folder)], config=config, force=True)
+    assert summary["documents"]["failed"] == 1 and summary["chunks"]["deleted"] >= 1
+    assert api.stats(config=config)["documents"] == 1
+    token = PLANTED["Slack Token"].split("=", 1)[1].strip()
+    assert all(token not in hit.text for hit in api.search("key", config=config, limit=10))

@@ -38,6 +38,7 @@ from kbflow.config import KbConfig, check_namespace
 from kbflow.convert.archive import ArchiveLimits
 from kbflow.convert.converters import close_pool, converter_fingerprint, text_documents, text_sources
 from kbflow.convert.scan import UnreadableFolder, scan
+from kbflow.convert.secrets import SecretFound
 from kbflow.embed import get_embedder
 from kbflow.embed.choice import for_namespace
 from kbflow.engine import stages
@@ -342,6 +343,7 @@ def _chunked_batch(run: Run, batch: list, index: int, file_docs: pa.Table, texts
     run.timed("convert", started, last + 1, total)
     write_table(documents, run.run_dir / "documents" / part, DOCUMENTS)
     run.failures.extend(conversion_failures(documents))
+    _withdraw_secrets(run, documents)
     failpoint("convert.done")
     key = stages.batch_key(documents)
 
@@ -371,6 +373,16 @@ def _chunked_batch(run: Run, batch: list, index: int, file_docs: pa.Table, texts
         graph_incomplete = _graph_failures(run, chunks, failed)
         write_table(edges, run.run_dir / "graph" / part, EDGES)
     return Waiting(documents, chunks, label, last, edges, graph_incomplete)
+
+
+def _withdraw_secrets(run: Run, documents: pa.Table) -> None:
+    """A stored document whose new text holds credentials leaves the store (unlike other conversion failures,
+    which keep the stored version): it was stored before the scan saw it, or it gained a secret since."""
+    held_back = [row["doc_id"] for row in documents.select(["doc_id", "error"]).to_pylist()
+                 if (row["error"] or "").startswith(f"{SecretFound.__name__}:")]
+    stored = set(run.state.read_manifest().column("doc_id").to_pylist()) if held_back else set()
+    if any(doc_id in stored for doc_id in held_back):
+        _delete_documents(run, [doc_id for doc_id in held_back if doc_id in stored], "docs holding credentials")
 
 
 def _graph_failures(run: Run, chunks: pa.Table, failed: list[dict]) -> set[str]:
@@ -525,11 +537,14 @@ def _upsert(run: Run, documents, chunks, vectors, failed_keys, label: str, edges
 
 def _delete(run: Run, plan: Plan) -> None:
     """Documents whose source vanished: their chunks leave the store, then their manifest rows."""
+    _delete_documents(run, [row["doc_id"] for row in plan.removed], "removed docs")
+
+
+def _delete_documents(run: Run, removed_ids: list[str], what: str) -> None:
     started = time.perf_counter()
-    removed_ids = [row["doc_id"] for row in plan.removed]
     run.lock.check()
     run.summary["chunks"]["deleted"] += run.runner.run("delete", run.store, removed_ids, run.graph,
-                                                       label=f"{len(removed_ids)} removed docs")
+                                                       label=f"{len(removed_ids)} {what}")
     failpoint("delete.after_store")
     run.state.update_manifest(manifest_rows([], CHUNKS.empty_table(), run.fingerprints, run.run_id), removed_ids)
     PlanCache(run.state.plans_dir).forget(removed_ids)
