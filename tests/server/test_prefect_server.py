@@ -247,7 +247,8 @@ def test_prefect_yaml_deploys_to_a_process_pool_and_a_worker_runs_it(server, tmp
 
     worker_log = tmp_path / "worker.log"
     worker = _start([prefect, "worker", "start", "--pool", "kbflow-process", "--limit", "1"],
-                    {**server["env"], "PREFECT_WORKER_QUERY_SECONDS": "2"}, worker_log)
+                    {**server["env"], "PREFECT_WORKER_QUERY_SECONDS": "2",
+                     "KBFLOW_CONFIGS_DIR": str(server["config"].parent)}, worker_log)  # the configs it may read
     try:
         request = {"namespace": "srv", "config": str(server["config"]), "dry_run": True}
         output = cli("deployment", "run", "kbflow-ingest-request/on-demand", "--param", f"request={json.dumps(request)}",
