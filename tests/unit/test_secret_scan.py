@@ -97,3 +97,12 @@ def test_a_document_stored_before_the_scan_leaves_the_store_when_it_is_scanned(t
     assert api.stats(config=config)["documents"] == 1
     token = PLANTED["Slack Token"].split("=", 1)[1].strip()
     assert all(token not in hit.text for hit in api.search("key", config=config, limit=10))
+
+
+def test_a_text_added_with_a_secret_is_refused_like_a_file(tmp_path, real_embedder):
+    config = tmp_path / "kb.yaml"
+    config.write_text(f"data_dir: {tmp_path / 'data'}\nembedder:\n  backend: local\n")
+    summary = api.add_text("Deploy with " + PLANTED["GitHub Token"], "deploy-note", config=config)
+    assert summary["documents"]["failed"] == 1 and "GitHub Token on line 1" in summary["failures"][0]["message"]
+    assert "ghp_" not in str(summary)
+    assert api.add_text("Brew tea at 80 degrees.", "tea", config=config)["documents"]["new"] == 1

@@ -250,10 +250,15 @@ def text_sources(texts: list[dict], namespace: str) -> list[SourceFile]:
     return sources
 
 
-def text_documents(sources: list[SourceFile], texts_by_path: dict[str, str]) -> pa.Table:
-    """Documents rows for literal texts: the text is its own Markdown, nothing to convert."""
+def text_documents(sources: list[SourceFile], texts_by_path: dict[str, str],
+                   options: ConvertConfig | None = None) -> pa.Table:
+    """Documents rows for literal texts: the text is its own Markdown, nothing to convert; one holding a
+    credential is a failure like a file's (``options.secret_scan``)."""
     rows = [_row(source, Converted(texts_by_path[source.source_path], converter_fingerprint(), "utf-8"), "", None)
             for source in sources]
+    if options is not None and options.secret_scan:
+        for row in rows:
+            _hold_back_secrets(row, options)
     return pa.Table.from_pylist(rows, schema=DOCUMENTS)
 
 

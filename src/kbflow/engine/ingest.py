@@ -338,7 +338,7 @@ def _chunked_batch(run: Run, batch: list, index: int, file_docs: pa.Table, texts
     config, size = run.config, run.config.flow.doc_batch
     first, last = index * size, index * size + len(batch) - 1
     label, part = f"docs {first}-{last}", f"part-{index:05d}.parquet"
-    text_docs = text_documents([s for s in batch if not s.abs_path], texts_by_path)
+    text_docs = text_documents([s for s in batch if not s.abs_path], texts_by_path, config.convert)
     documents = pa.concat_tables([file_docs, text_docs])
     run.timed("convert", started, last + 1, total)
     write_table(documents, run.run_dir / "documents" / part, DOCUMENTS)
