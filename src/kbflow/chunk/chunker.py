@@ -4,11 +4,17 @@
    one is split at line ends (code, tables, lists), then sentence ends (。！？；.!?), then clause marks (，、,;:),
    then spaces, then hard at the token limit. Each level only ever makes pieces smaller, and the hard cut always
    advances at least one character, so splitting terminates.
-2. Units of one section (same heading path, no thematic break between them) are packed greedily; each new chunk holds at least one unit the
-   previous chunk did not, so packing terminates. Trailing units of the previous chunk are repeated as overlap,
-   never more than ``overlap_tokens``.
-3. Every chunk's embedded text (heading prefix + text) is counted again exactly; one over the limit gives up its
-   last unit to the next chunk. No chunk ever exceeds the model's limit, and nothing is truncated.
+2. Units of one section (same heading path, no thematic break between them) are packed greedily; each new chunk holds
+   at least one unit the previous chunk did not, so packing terminates. Trailing units of the previous chunk are
+   repeated as overlap, never more than ``overlap_tokens``.
+3. No chunk but a section's last is left under half its budget: when a chunk under half would end because the next
+   unit does not fit, that unit (over half the budget, then) is split again into units of at most half the budget,
+   and the section is packed again. Each such split leaves fewer units over half, so this ends; and once it has,
+   a chunk ends only where the next unit (at most half) would not fit, so it holds more than half.
+4. Every chunk's embedded text (heading prefix + text) is counted again exactly; one over the limit is cut where
+   the tokenizer says the limit ends, and what was cut off starts the next chunk (the rest of the section is
+   packed again). Nothing is truncated, no chunk exceeds the model's limit, and none is shredded into pieces of a
+   few tokens, whatever a tokenizer makes of a join (a line of dot leaders, a run of short sentences).
 
 Chunk ids hash (doc_id, text sha256, occurrence of that text in the document): an edit early in a document does
 not change the ids, or the vectors, of the chunks after it.
@@ -20,14 +26,15 @@ import hashlib
 import json
 import re
 from bisect import bisect_left
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from kbflow.chunk.counters import count_key
 from kbflow.chunk.split import SPLIT_VERSION, Block
 from kbflow.chunk.tokens import TokenCounter
 from kbflow.search import tokens as words
 
-CHUNK_VERSION = "3"  # 3: section numbers left out of the heading prefix
+CHUNK_VERSION = "4"  # 3: section numbers left out of the heading prefix; 4: no chunk under half its budget but a
+# section's last, an over-limit chunk cut at the tokenizer's limit instead of shedding one-unit chunks
 PREFIX_SHARE = 0.25  # a heading prefix may take at most this share of a chunk's budget
 HARD_CUT_WINDOW = 64  # characters per token of budget looked at for a hard cut (a word piece is shorter)
 
@@ -44,6 +51,7 @@ class Span:
     start: int
     end: int
     tokens: int
+    kind: str = field(default="paragraph", compare=False)  # its block's: code, tables and lists split at lines
 
 
 @dataclass(frozen=True)
@@ -214,18 +222,20 @@ def _sections(blocks: list[Block]) -> list[list[Block]]:
     return groups
 
 
-def _pack(units: list[Span], budget: int, overlap_tokens: int) -> list[tuple[int, int]]:
-    """Index ranges [first, last) of units per chunk, overlap included."""
-    ranges: list[tuple[int, int]] = []
-    position = 0
+def _pack(units: list[Span], budget: int, overlap_tokens: int,
+          kept: list[tuple[int, int]] | None = None) -> list[tuple[int, int]]:
+    """Index ranges [first, last) of units per chunk, overlap included; after the ranges ``kept``, when given."""
+    ranges: list[tuple[int, int]] = list(kept or [])
+    position = ranges[-1][1] if ranges else 0
     while position < len(units):
         first = position
         if ranges:  # repeat trailing units of the previous chunk, within the overlap budget
             prev_first, _ = ranges[-1]
             carried = 0
-            while first - 1 > prev_first and carried + units[first - 1].tokens <= overlap_tokens:
+            # a unit a counter puts at 0 tokens (a lone mark) still costs one: a chunk never starts with a free run
+            while first - 1 > prev_first and carried + max(1, units[first - 1].tokens) <= overlap_tokens:
                 first -= 1
-                carried += units[first].tokens
+                carried += max(1, units[first].tokens)
             while first < position and carried + units[position].tokens > budget:
                 carried -= units[first].tokens
                 first += 1
@@ -378,44 +388,54 @@ def _plan_sections(sections: list[tuple[str, list[Block]]], counter: TokenCounte
             if end <= start:
                 continue
             if n_tokens <= budget:
-                units.append(Span(start, end, n_tokens))
+                units.append(Span(start, end, n_tokens, block.kind))
             else:
                 units.append(len(long))
                 long.append((markdown, start, end, budget, block.kind))
         section_units.append(units)
-    long_units = split_long_many(long, counter)
-    planned: list[tuple[str, int, list[Span], list[tuple[int, int]]]] = []
-    for units, (prefix, prefix_tokens) in zip(section_units, prefixes):
-        flat = [span for unit in units for span in ([unit] if isinstance(unit, Span) else long_units[unit])]
-        planned.append((prefix, prefix_tokens, flat, _pack(flat, content_budget - prefix_tokens, overlap_tokens)))
+    long_units = [[replace(span, kind=kind) for span in spans]
+                  for spans, (_, _, _, _, kind) in zip(split_long_many(long, counter), long)]
+    flats = [[span for unit in units for span in ([unit] if isinstance(unit, Span) else long_units[unit])]
+             for units in section_units]
+    budgets = [content_budget - prefix_tokens for _, prefix_tokens in prefixes]
+    ranges = _filled(flats, budgets, [[] for _ in sections], [markdown for markdown, _ in sections], counter,
+                     overlap_tokens)
 
-    # every planned chunk's real embedded text: summed where that is exact, the others counted at once; repack only
-    # the sections with one over the limit
+    # every planned chunk's real embedded text: summed where that is exact, the others counted at once; a section
+    # with one over the limit is cut there and packed again after it, until none is over
     additive = getattr(counter, "additive_at_whitespace", False)
-    counts: list[list[int | None]] = []
-    to_count: list[str] = []
-    for (markdown, _), (prefix, prefix_tokens, units, ranges) in zip(sections, planned):
-        section_counts: list[int | None] = []
-        for a, b in ranges:
-            if additive and _joined_at_whitespace(markdown, units, a, b):
-                section_counts.append(prefix_tokens + sum(unit.tokens for unit in units[a:b]))
-            else:
-                section_counts.append(None)
-                to_count.append(prefix + markdown[units[a].start:units[b - 1].end])
-        counts.append(section_counts)
-    counted = iter(counter.count(to_count))
-    counts = [[next(counted) if n is None else n for n in section_counts] for section_counts in counts]
-    over = [i for i, section_counts in enumerate(counts) if any(n > content_budget for n in section_counts)]
-    fitted = _fit_many([(planned[i][2], planned[i][3], sections[i][0], planned[i][0]) for i in over], counter,
-                       content_budget)
-    final = [(units, ranges) for _, _, units, ranges in planned]
-    for i, (ranges, section_counts) in zip(over, fitted):
-        final[i], counts[i] = (planned[i][2], ranges), section_counts
+    counts: list[list[int]] = [[] for _ in sections]  # of each section's chunks found within the limit so far
+    pending = list(range(len(sections)))
+    while pending:
+        to_count: list[str] = []
+        guesses: dict[int, list[int | None]] = {}
+        for i in pending:
+            markdown, units, (prefix, prefix_tokens) = sections[i][0], flats[i], prefixes[i]
+            guesses[i] = []
+            for a, b in ranges[i][len(counts[i]):]:
+                if additive and _joined_at_whitespace(markdown, units, a, b):
+                    guesses[i].append(prefix_tokens + sum(unit.tokens for unit in units[a:b]))
+                else:
+                    guesses[i].append(None)
+                    to_count.append(prefix + markdown[units[a].start:units[b - 1].end])
+        counted = iter(counter.count(to_count))
+        over: list[int] = []
+        for i in pending:
+            section_counts = [next(counted) if n is None else n for n in guesses[i]]
+            fitting = next((k for k, n in enumerate(section_counts) if n > content_budget), len(section_counts))
+            counts[i] += section_counts[:fitting]
+            if fitting < len(section_counts):
+                over.append(i)
+        if over:
+            _cut_over(over, sections, prefixes, flats, budgets, ranges, counts, counter, content_budget,
+                      overlap_tokens)
+        pending = over
     plans = []
-    for (markdown, section), (prefix, _, _, _), (units, ranges), section_counts in zip(sections, planned, final, counts):
+    for (markdown, section), (prefix, _), units, section_ranges, section_counts in zip(sections, prefixes, flats,
+                                                                                       ranges, counts):
         origin = section[0].char_start
         plans.append({"prefix": prefix, "chunks": [[units[first].start - origin, units[last - 1].end - origin, n_tokens]
-                                                   for (first, last), n_tokens in zip(ranges, section_counts)]})
+                                                   for (first, last), n_tokens in zip(section_ranges, section_counts)]})
     return plans
 
 
@@ -431,35 +451,79 @@ def _prefixes(sections: list[list[Block]], counter: TokenCounter, max_tokens: in
     return result
 
 
-def _fit(units, ranges, markdown, prefix, counter, content_budget) -> list[tuple[int, int]]:
-    """Give up a chunk's last unit to a chunk of its own while the chunk's real embedded text is over the limit."""
-    return _fit_many([(units, ranges, markdown, prefix)], counter, content_budget)[0][0]
+def _underfilled(units: list[Span], ranges: list[tuple[int, int]], budget: int, kept: int) -> int | None:
+    """Index of the unit after the first chunk (from the ``kept``-th on; a section's last aside) that holds under
+    half the budget, by its units' counts: that unit did not fit beside it, so it is over half; None if none."""
+    for first, last in ranges[kept:-1]:
+        if 2 * sum(unit.tokens for unit in units[first:last]) < budget and units[last].tokens > max(1, budget // 2):
+            return last
+    return None
 
 
-def _fit_many(items, counter, content_budget) -> list[tuple[list[tuple[int, int]], list[int]]]:
-    """``_fit`` of each (units, ranges, markdown, prefix), with one tokenizer call per round over all of them;
-    each section's fitted ranges and their chunks' counts."""
-    done: dict[int, tuple[list[tuple[int, int]], list[int]]] = {}
-    current = {i: ranges for i, (_, ranges, _, _) in enumerate(items)}
-    while current:
-        texts = {i: [items[i][3] + items[i][2][items[i][0][a].start:items[i][0][b - 1].end] for a, b in ranges]
-                 for i, ranges in current.items()}
-        counted = iter(counter.count([text for i in current for text in texts[i]]))
-        counts = {i: [next(counted) for _ in ranges] for i, ranges in current.items()}
-        for i, ranges in list(current.items()):
-            over = {k for k, n in enumerate(counts[i]) if n > content_budget}
-            if not over:
-                done[i] = (ranges, counts[i])
-                del current[i]
-                continue
-            fixed: list[tuple[int, int]] = []
-            for k, (first, last) in enumerate(ranges):
-                if k in over and last - first > 1:
-                    fixed.extend([(first, last - 1), (last - 1, last)])
-                else:
-                    fixed.append((first, last))
-            if fixed == ranges:  # single units over the limit cannot happen: each was counted alone
-                raise AssertionError(
-                    f"chunk over the token limit that cannot be split further: {texts[i][min(over)][:80]!r}")
-            current[i] = fixed
-    return [done[i] for i in range(len(items))]
+def _filled(flats: list[list[Span]], budgets: list[int], kept: list[list[tuple[int, int]]], markdowns: list[str],
+            counter: TokenCounter, overlap_tokens: int) -> list[list[tuple[int, int]]]:
+    """Each section's units packed after its ``kept`` ranges, with every unit that would leave a chunk under half
+    the budget split again into units of at most half (``flats`` is updated in place), one tokenizer round for
+    all sections at a time."""
+    ranges = [_pack(units, budget, overlap_tokens, done) for units, budget, done in zip(flats, budgets, kept)]
+    pending = list(range(len(flats)))
+    while pending:
+        found = [(i, _underfilled(flats[i], ranges[i], budgets[i], len(kept[i]))) for i in pending]
+        found = [(i, index) for i, index in found if index is not None]
+        pieces = split_long_many([(markdowns[i], flats[i][index].start, flats[i][index].end, max(1, budgets[i] // 2),
+                                   flats[i][index].kind) for i, index in found], counter)
+        for (i, index), parts in zip(found, pieces):
+            kind = flats[i][index].kind
+            flats[i][index:index + 1] = [replace(part, kind=kind) for part in parts]
+            ranges[i] = _pack(flats[i], budgets[i], overlap_tokens, kept[i])
+        pending = [i for i, _ in found]
+    return ranges
+
+
+def _cut_over(over: list[int], sections, prefixes, flats, budgets, ranges, counts, counter: TokenCounter,
+              content_budget: int, overlap_tokens: int) -> None:
+    """Cut each section's first chunk over the limit (the one after its ``counts``) where the tokenizer's limit
+    ends; what follows the cut starts the next chunk, and the rest of the section is packed again."""
+    cuts: list[tuple[int, int, int]] = []  # (section, unit cut, character where)
+    for i in over:
+        markdown, units, (prefix, _) = sections[i][0], flats[i], prefixes[i]
+        k = len(counts[i])
+        first, last = ranges[i][k]
+        new_from = ranges[i][k - 1][1] if k else 0  # this chunk's own units start here; those before are overlap
+        embed = prefix + markdown[units[first].start:units[last - 1].end]
+        where = max(units[first].start + counter.cut(embed, content_budget) - len(prefix), units[first].start + 1)
+        index = next(j for j in range(first, last) if where <= units[j].end or j == last - 1)
+        if where <= units[index].start:  # the limit falls in the gap before this unit: end the chunk before it
+            index -= 1
+            where = units[index].end
+        if index == last - 1 and where >= units[index].end:  # a cut that disagrees with the count: move on anyway
+            index, where = _smaller(markdown, units, max(first, new_from), last)
+            if index == last - 1 and where >= units[index].end:  # one character over the limit with its prefix
+                raise AssertionError(f"chunk over the token limit that cannot be split further: {embed[:80]!r}")
+        head_start, head_end = _trimmed(markdown, units[index].start, where)
+        if index < new_from or (index == new_from and head_end <= head_start):
+            ranges[i][k] = (new_from, last)  # the overlap leaves its own text no room: drop the overlap
+            continue
+        cuts.append((i, index, where))
+    spans = [(_trimmed(sections[i][0], flats[i][index].start, where),
+              _trimmed(sections[i][0], where, flats[i][index].end)) for i, index, where in cuts]
+    counted = iter(counter.count([sections[i][0][a:b] for (i, _, _), pair in zip(cuts, spans)
+                                  for a, b in pair if b > a]))
+    for (i, index, _), (head, tail) in zip(cuts, spans):
+        kind, k = flats[i][index].kind, len(counts[i])
+        parts = [Span(a, b, next(counted), kind) for a, b in (head, tail) if b > a]
+        flats[i][index:index + 1] = parts
+        kept = ranges[i][:k] + [(ranges[i][k][0], index + 1 if head[1] > head[0] else index)]
+        ranges[i] = _filled([flats[i]], [budgets[i]], [kept], [sections[i][0]], counter, overlap_tokens)[0]
+
+
+def _smaller(markdown: str, units: list[Span], own_first: int, last: int) -> tuple[int, int]:
+    """Where to end a chunk over the limit when its counter's ``cut`` says it fits: before its last unit if it has
+    another of its own, else at the last space before the middle of its one unit (or the middle)."""
+    if last - 1 > own_first:
+        return last - 2, units[last - 2].end
+    unit = units[last - 1]
+    middle = (unit.start + unit.end) // 2
+    space = max((m.start() for m in SPACE_RE.finditer(markdown, unit.start + 1, middle + 1)), default=0)
+    return last - 1, space if space > unit.start else max(middle, unit.start + 1)
+
