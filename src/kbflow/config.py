@@ -387,11 +387,41 @@ class RunnerConfig(_Section):
     dask_workers: int = Field(2, ge=1, le=256, description="Worker processes of the temporary LocalCluster.")
 
 
+class WebConfig(_Section):
+    """How web sources (a sitemap, or a start page to crawl) are read; see docs/web.md."""
+
+    user_agent: str = Field(
+        "kbflow (+https://pypi.org/project/kbflow/)", min_length=1,
+        description="User-Agent sent with every request, and the name robots.txt rules are matched against.")
+    requests_per_second: float = Field(
+        4.0, gt=0, le=100, description="Requests started per second per host at most; a robots.txt Crawl-delay "
+        "that asks for more time between requests wins.")
+    concurrency: int = Field(2, ge=1, le=32, description="Requests in flight at once per host.")
+    timeout_s: float = Field(30.0, gt=0, description="Per-request time limit, in seconds; a page that times out "
+                             "is a failure and keeps its stored version.")
+    max_page_mb: float = Field(20.0, gt=0, description="Pages (and sitemaps) larger than this are not downloaded: "
+                               "a failure that keeps the stored version.")
+    max_pages: int = Field(10_000, ge=1, description="Pages listed per source at most (sitemap or crawl); pages "
+                           "past the limit are not listed, so their stored versions are removed.")
+    max_depth: int = Field(20, ge=0, description="Crawl: links followed from the start page at most (0: the start "
+                           "page alone).")
+    keep_query: bool = Field(False, description="Crawl: keep query strings (`page?id=3`) as separate pages; off "
+                             "drops them, so `page?sort=asc` is `page`.")
+    use_lastmod: bool = Field(
+        True, description="Sitemap: a page whose <lastmod> equals the one its last download was listed with is "
+        "not requested at all (no conditional request either).")
+    exclude: list[str] = Field(
+        default_factory=lambda: ["*.css", "*.js", "*.png", "*.jpg", "*.jpeg", "*.gif", "*.svg", "*.ico", "*.woff",
+                                 "*.woff2", "*.ttf", "*.zip", "*.gz", "*.tar", "*.mp4", "*.mp3"],
+        description="Glob patterns of URL paths not read as pages (sitemap entries and crawled links).")
+
+
 class KbConfig(_Section):
     data_dir: Path | str = Field(Path("data"), description="Where snapshots, state, stores and Prefect results "
                                  "live: a local folder, or an object-storage URL (s3://bucket/kb).")
     namespace: str = Field("default", description="Namespace ingested and searched when none is given.")
-    sources: list[str] = Field(default_factory=list, description="Files and folders ingested when none are given.")
+    sources: list[str] = Field(default_factory=list, description="Files and folders ingested when none are given; "
+                               "an http(s) URL is a web source: a sitemap (`.../sitemap.xml`) or a start page to crawl.")
     convert: ConvertConfig = Field(default_factory=ConvertConfig)
     chunking: ChunkConfig = Field(default_factory=ChunkConfig)
     embedder: EmbedderConfig = Field(default_factory=EmbedderConfig)
@@ -402,6 +432,7 @@ class KbConfig(_Section):
     deploy: DeployConfig = Field(default_factory=DeployConfig)
     mcp: McpConfig = Field(default_factory=McpConfig)
     runner: RunnerConfig = Field(default_factory=RunnerConfig)
+    web: WebConfig = Field(default_factory=WebConfig)
 
     @field_validator("data_dir", mode="before")
     @classmethod

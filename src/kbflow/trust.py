@@ -28,7 +28,7 @@ import ipaddress
 import os
 import posixpath
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urljoin, urlsplit
 
@@ -223,33 +223,54 @@ class Fetched:
     url: str  # after redirects
     content: bytes
     content_type: str
+    status: int = 200  # 304: not modified since the validators sent (``content`` is empty)
+    headers: dict[str, str] = field(default_factory=dict)  # the final reply's headers, names lower-cased
+
+
+def http_error(message: str, status: int) -> TransientError | PermanentError:
+    """The error for an HTTP status: transient for 408/425/429/5xx (retry later), permanent otherwise; ``status``
+    is kept on it so that a caller can tell a page that is gone (404/410) from one that failed."""
+    error = TransientError(message) if status in (408, 425, 429) or status >= 500 else \
+        PermanentError(message + "; check the address")
+    error.status = status
+    return error
+
+
+def http_client(timeout_s: float = 30.0):
+    """The client ``fetch`` uses: redirects left to ``fetch`` (each hop checked), no proxy or credentials from the
+    environment. Making one costs tens of milliseconds (its TLS context): a caller fetching many pages of one host
+    passes one to every ``fetch`` of that host (it is safe across threads; its pooled connections are keyed by
+    the checked address, so one client must not serve two host names) and closes it at the end."""
+    import httpx
+
+    return httpx.Client(timeout=timeout_s, follow_redirects=False, trust_env=False)
 
 
 def fetch(url: str, policy: SourcePolicy, max_bytes: int, timeout_s: float = 30.0, resolve=socket.getaddrinfo,
-          headers: dict[str, str] | None = None) -> Fetched:
+          headers: dict[str, str] | None = None, client=None) -> Fetched:
     """GET an http(s) URL the policy allows: each hop checked again (redirects followed here, at most
     ``MAX_REDIRECTS``), the connection made to the address that was checked (no second DNS answer), the body cut
-    off with an error past ``max_bytes``."""
-    import httpx
-
-    with httpx.Client(timeout=timeout_s, follow_redirects=False, trust_env=False) as client:
-        for _hop in range(MAX_REDIRECTS + 1):
-            checked = policy.check_url(url, resolve)
-            if not checked.addresses:
-                raise SourceRefused(f"URL {url!r}: only http and https URLs are fetched")
-            response = _get_pinned(client, checked, headers or {}, max_bytes)
-            if response is None:
-                raise PermanentError(f"URL {url!r} is larger than the {max_bytes / 1e6:g} MB limit")
-            status, reply_headers, body = response
-            if status in (301, 302, 303, 307, 308) and reply_headers.get("location"):
-                url = urljoin(url, reply_headers["location"])
-                continue
-            if status >= 400:
-                message = f"URL {url!r} answered HTTP {status}"
-                if status in (408, 425, 429) or status >= 500:
-                    raise TransientError(message)
-                raise PermanentError(message + "; check the address")
-            return Fetched(url, body, reply_headers.get("content-type", ""))
+    off with an error past ``max_bytes``. With conditional ``headers`` (``If-None-Match``, ``If-Modified-Since``) a
+    304 comes back as a ``Fetched`` with ``status`` 304 and no content; an HTTP error carries its ``status``.
+    ``client``: one from ``http_client`` to reuse (left open); without it one is made and closed here."""
+    if client is None:
+        with http_client(timeout_s) as own:
+            return fetch(url, policy, max_bytes, timeout_s, resolve, headers, own)
+    for _hop in range(MAX_REDIRECTS + 1):
+        checked = policy.check_url(url, resolve)
+        if not checked.addresses:
+            raise SourceRefused(f"URL {url!r}: only http and https URLs are fetched")
+        response = _get_pinned(client, checked, headers or {}, max_bytes)
+        if response is None:
+            raise PermanentError(f"URL {url!r} is larger than the {max_bytes / 1e6:g} MB limit")
+        status, reply_headers, body = response
+        if status in (301, 302, 303, 307, 308) and reply_headers.get("location"):
+            url = urljoin(url, reply_headers["location"])
+            continue
+        if status >= 400:
+            raise http_error(f"URL {url!r} answered HTTP {status}", status)
+        return Fetched(url, body if status != 304 else b"", reply_headers.get("content-type", ""), status,
+                       reply_headers)
     raise PermanentError(f"URL {url!r}: more than {MAX_REDIRECTS} redirects")
 
 

@@ -38,6 +38,8 @@ from kbflow.config import KbConfig, check_namespace
 from kbflow.convert.archive import ArchiveLimits
 from kbflow.convert.converters import close_pool, converter_fingerprint, text_documents, text_sources
 from kbflow.convert.scan import UnreadableFolder, scan
+from kbflow.convert.web import WebScan, is_web, scan_web
+from kbflow.convert.web import save_state as save_web_state
 from kbflow.convert.secrets import SecretFound
 from kbflow.embed import get_embedder
 from kbflow.embed.choice import for_namespace
@@ -113,6 +115,7 @@ class Run:
     extractor: object = None  # graph.llm_extract: the chat model extracting entities and relations
     auth_refused: BaseException | None = None
     embedding_counts_at_start: dict[str, int] = field(default_factory=dict)
+    web: WebScan | None = None  # what the web sources listed (kbflow.convert.web); its validators saved at the end
 
     def timed(self, stage: str, started: float, done: int | None = None, total: int = 0) -> None:
         """Charge the time since ``started`` to ``stage``; with ``done``, also report the stage's progress."""
@@ -203,6 +206,8 @@ def _ingest(config: KbConfig, job: IngestJob, runner: StageRunner, run_id: str) 
         _ingest_batches(run, plan, {f"text:{t['doc_id']}": t["text"] for t in texts})
         if plan.removed:
             _delete(run, plan)
+        if run.web is not None:  # the validators of what the store and manifest now hold
+            save_web_state(_web_folder(run), run.web)
         _refresh_indexes(run)
         failpoint("run.finishing")
         write_table(failure_rows(run.failures), run.run_dir / "failures.parquet")
@@ -225,9 +230,16 @@ def _plan(run: Run, sources: list[str] | None, texts: list[dict], add_only: bool
     limits = ArchiveLimits(int(config.convert.zip_max_total_mb * 1e6), config.convert.zip_max_members)
     unreadable: list[UnreadableFolder] = []
     confine = SourcePolicy.create(list(roots)).contains if roots else None
-    scanned = scan(sources, run.namespace, config.convert.include, config.convert.exclude, limits,
-                   unreadable, confine) if sources else []
+    local = [source for source in sources or [] if not is_web(source)]
+    scanned = scan(local, run.namespace, config.convert.include, config.convert.exclude, limits,
+                   unreadable, confine) if local else []
     manifest = run.state.read_manifest()
+    web_sources = [source for source in sources or [] if is_web(source)]
+    if web_sources:  # pages requested with the validators of their saved bodies (kbflow.convert.web)
+        run.web = scan_web(web_sources, run.namespace, config.web, _web_folder(run), run.force,
+                           save=not run.summary["dry_run"])
+        scanned, unreadable = scanned + run.web.sources, unreadable + run.web.unreadable
+        run.summary["web"] = dict(run.web.counts)
     if manifest.num_rows:  # "unchanged" is trusted only for what the store holds (kbflow.engine.store_check)
         store = run.store or open_store(config, run.state.store_namespace(), run.embedder.dimension)
         manifest, rewrite = trusted_manifest(store, run.namespace, manifest)
@@ -252,6 +264,10 @@ def _plan(run: Run, sources: list[str] | None, texts: list[dict], add_only: bool
     run.timed("scan", started)
     log.info("plan for %s: %s", run.namespace, plan.counts())
     return plan
+
+
+def _web_folder(run: Run):
+    return location(run.config.data_dir) / "web" / run.namespace
 
 
 def _check_embedder(run: Run) -> None:
