@@ -27,7 +27,7 @@ from kbflow.errors import ConversionError
 from kbflow.convert.formats.audio import AUDIO_SUFFIXES, audio_fingerprint, transcribe
 from kbflow.convert.formats.html import HTML_SUFFIXES, HTML_VERSION, convert_html
 from kbflow.convert.formats.ocr import IMAGE_SUFFIXES, image_array, ocr_fingerprint, ocr_text
-from kbflow.convert.formats.pdf import convert_pdf
+from kbflow.convert.formats.pdf import PDF_VERSION, convert_pdf
 from kbflow.convert.formats.text import (CSV_SUFFIXES, TEXT_SUFFIXES, check_lines, code_language, csv_table, decode_text,
                                  fenced)
 from kbflow.convert.scan import SourceFile, doc_id_for
@@ -49,7 +49,8 @@ def converter_fingerprint(options: ConvertConfig | None = None) -> str:
     re-converts."""
     options = options or ConvertConfig()
     output_options = (f"pdf={options.pdf_engine},ocr={options.ocr}/{options.ocr_pdf_dpi}dpi,"
-                      f"line<={options.max_line_chars},html=v{HTML_VERSION},depth<={options.html_max_depth}")
+                      f"line<={options.max_line_chars},html=v{HTML_VERSION},pdf=v{PDF_VERSION},"
+                      f"depth<={options.html_max_depth}")
     return (f"kbflow-convert-v{CONVERT_VERSION}+markitdown@{version('markitdown')}+pypdfium2@{version('pypdfium2')}"
             f"+{ocr_fingerprint(options.ocr_max_side)}+{audio_fingerprint(options)}"
             f"+[{output_options}]")
@@ -61,7 +62,7 @@ def format_fingerprint(options: ConvertConfig, name: str) -> str:
     suffix = PurePosixPath(name).suffix.lower()
     base = f"kbflow-convert-v{CONVERT_VERSION}"
     if suffix == ".pdf" and options.pdf_engine == "pdfium":
-        return (f"{base}+pypdfium2@{version('pypdfium2')}+ocr={options.ocr}/{options.ocr_pdf_dpi}dpi+"
+        return (f"{base}+pdf-v{PDF_VERSION}+pypdfium2@{version('pypdfium2')}+ocr={options.ocr}/{options.ocr_pdf_dpi}dpi+"
                 f"{ocr_fingerprint(options.ocr_max_side)}")
     if suffix in IMAGE_SUFFIXES:
         return f"{base}+{ocr_fingerprint(options.ocr_max_side)}"

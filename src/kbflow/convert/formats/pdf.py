@@ -1,8 +1,9 @@
 """PDF through PDFium (pypdfium2, Apache-2.0/BSD): the text layer page by page, OCR for pages without one.
 
 Structure comes from the page geometry: a line in a font larger than the body text is a heading (its level by
-size rank), a vertical gap or a font change ends a paragraph, and lines repeated at the top or bottom of most
-pages (running headers, page numbers) are dropped.
+size rank), a vertical gap or a font change ends a paragraph. Document furniture is dropped first
+(``kbflow.convert.furniture``): running headers and footers, page numbers, dot-leader tables of contents,
+back-of-book indexes.
 """
 
 from __future__ import annotations
@@ -12,8 +13,11 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
+from kbflow.convert.furniture import drop_furniture, drop_running_lines  # noqa: F401 (drop_running_lines: tests)
 from kbflow.errors import ConversionError
 
+PDF_VERSION = "2"  # 2: tables of contents, back-of-book indexes and bare page numbers dropped (part of the
+# converter fingerprint: a bump re-converts every PDF)
 FPDF_ERR_PASSWORD = 4
 MIN_TEXT_CHARS = 8  # a page with fewer visible characters than this has no text layer worth the name
 
@@ -68,24 +72,6 @@ def page_lines(textpage) -> list[Line]:
 def escape_line(text: str) -> str:
     """A body line that would read as a Markdown heading (a shell root prompt '# cmd') is escaped."""
     return "\\" + text if text.lstrip().startswith("#") else text
-
-
-def _furniture_key(text: str) -> str:
-    without_numbers = re.sub(r"\b[ivxlcdm]+\b|\d+", " ", text, flags=re.I)  # page numbers, arabic or roman
-    return " ".join(re.sub(r"[\W_]+", " ", without_numbers).split())
-
-
-def drop_running_lines(pages: list[list[Line]]) -> list[list[Line]]:
-    """Remove first/last lines that repeat (digits aside) on at least half of the pages."""
-    if len(pages) < 4:
-        return pages
-    counts = Counter()
-    for lines in pages:
-        for line in {_furniture_key(line.text) for line in lines[:2] + lines[-2:]}:
-            counts[line] += 1
-    running = {key for key, seen in counts.items() if seen >= len(pages) / 2}
-    return [[line for i, line in enumerate(lines)
-             if not ((i < 2 or i >= len(lines) - 2) and _furniture_key(line.text) in running)] for lines in pages]
 
 
 def lines_to_markdown(pages: list[list[Line]]) -> list[str]:
@@ -156,7 +142,7 @@ def convert_pdf(data: bytes, source: str, passwords_env: str, ocr: bool, ocr_dpi
             page.close()
     finally:
         document.close()
-    text_pages = drop_running_lines([p for p in pages if isinstance(p, list)])
+    text_pages = drop_furniture([p for p in pages if isinstance(p, list)])
     rendered = iter(lines_to_markdown(text_pages))
     parts = [next(rendered) if isinstance(page, list) else page.strip() for page in pages]
     markdown = re.sub(r"\n{3,}", "\n\n", "\n\n".join(part for part in parts if part)) + "\n"
