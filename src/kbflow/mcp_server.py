@@ -91,6 +91,9 @@ class Tools:
                 self._writes[name] = threading.Lock()
             return self._kbs[name]
 
+    def warm_up(self) -> None:
+        _warm_up(self)
+
     def _check_writable(self, grant: Grant) -> None:
         if self.read_only:
             raise ToolError("this server is read-only (kbflow mcp --read-only): writes are refused")
@@ -237,6 +240,19 @@ class Tools:
                 and grant.allows(row["namespace"])]
 
 
+def _warm_up(tools: Tools) -> None:
+    """Load what a search needs (the model's weights, the table, its full-text index) right after start, in the
+    background, so an agent's first search is as fast as the rest; a namespace that does not exist yet loads the
+    model a new one would get. Nothing here is an error an agent sees: its own call reports any problem."""
+    try:
+        kb = tools._kb(tools.default, FULL, existing=False)
+        kb.searcher.embedder.embed_query("warm-up")  # the model's weights
+        if kb.searcher.store is not None:
+            kb.search("warm-up", limit=1)  # the table and its full-text index
+    except Exception as exc:  # noqa: BLE001 - a warm-up must never stop the server
+        logging.getLogger("kbflow").info("MCP warm-up skipped: %s", exc)
+
+
 def grant_of(ctx: Context | None) -> Grant:
     """The caller's grant: its token's over HTTP (put in the request's scope by ``kbflow.mcp_http.Gate``), the
     server's own over stdio. An HTTP request without one is refused (fail closed)."""
@@ -267,9 +283,10 @@ def inline_limit(config: KbConfig) -> int:
     return int((config.mcp.max_inline_mb or config.convert.max_file_mb) * 1e6)
 
 
-def build_server(config: KbConfig, namespaces: list[str] | None = None, read_only: bool = False) -> MCPServer:
-    """The MCP server over ``config``; its roots and allowed sources are ``config.mcp``'s (checked here: a root
-    that does not exist stops the start)."""
+def build_server(config: KbConfig, namespaces: list[str] | None = None, read_only: bool = False,
+                 with_tools: bool = False):
+    """The MCP server over ``config`` (and its ``Tools`` with ``with_tools``); its roots and allowed sources are
+    ``config.mcp``'s (checked here: a root that does not exist stops the start)."""
     policy = SourcePolicy.create(config.mcp.roots, config.mcp.allow_sources)
     tools = Tools(config, namespaces or [], read_only, policy, inline_limit(config))
     server = MCPServer("kbflow", instructions=INSTRUCTIONS, log_level="WARNING", version=__version__)
@@ -280,7 +297,7 @@ def build_server(config: KbConfig, namespaces: list[str] | None = None, read_onl
         if hints is writing and read_only:
             continue
         server.tool(annotations=hints)(fn)
-    return server
+    return (server, tools) if with_tools else server
 
 
 def http_app(config: KbConfig, server: MCPServer, bind: str, tokens: TokenTable | None, no_auth: bool):
@@ -307,7 +324,8 @@ def serve(config: KbConfig, namespaces: list[str] | None, read_only: bool, http:
     """Run until stdin closes (stdio) or the process is stopped (``http`` = 'HOST:PORT', streamable HTTP at /mcp).
     Every refusal to start (a bad root, an unauthenticated public bind) is a ConfigError before anything runs."""
     logging.getLogger("mcp").setLevel(logging.WARNING)
-    server = build_server(config, namespaces, read_only)
+    server, tools = build_server(config, namespaces, read_only, with_tools=True)
+    threading.Thread(target=tools.warm_up, name="kbflow-mcp-warm-up", daemon=True).start()
     if http is None:
         server.run("stdio")
         return
