@@ -520,15 +520,26 @@ def bench_chunk(
     corpus: Path = typer.Option(..., "--corpus", help="Folder or .tar.xz/.tar.gz of documents (converted once)."),
     target_mb: float = typer.Option(100.0, "--mb", help="Megabytes of Markdown to split, count and chunk."),
     out_file: Path = typer.Option(Path("bench-results/chunk.json"), "--out", help="Where the JSON result goes."),
+    quality: bool = typer.Option(False, "--quality", help="Only the chunks' quality, per document (no throughput): "
+                                 "small and punctuation-only chunks, repeated texts, chunks vs text tokens / budget."),
+    include: Optional[list[str]] = typer.Option(None, "--include", help="With --quality: glob of file names to "
+                                                "measure (repeatable; default: every file)."),
     config: Optional[Path] = ConfigOpt,
     as_json: bool = JsonOpt,
 ) -> None:
-    """Split, token-count (model tokenizer and CJK estimate) and chunk ~100 MB of real converted text."""
-    from kbflow.bench.chunk import bench_chunk as run_bench
+    """Split, token-count (model tokenizer and CJK estimate) and chunk ~100 MB of real converted text, and report
+    the chunks' quality; with --quality, that report alone, per document."""
+    from kbflow.bench.chunk import bench_chunk as run_bench, bench_chunk_quality
 
+    if quality:
+        keys = ("documents", "chunks", "judged", "small", "small_share", "punctuation_only", "duplicates", "warnings")
+        _run_bench(lambda: bench_chunk_quality(corpus, out_file, include, config), as_json,
+                   lambda result: out.print_json(json.dumps({k: result[k] for k in keys})), out_file)
+        return
     _run_bench(lambda: run_bench(corpus, out_file, target_mb, config), as_json,
                lambda result: out.print_json(json.dumps({k: result[k] for k in ("megabytes", "split", "count",
-                                                                               "chunk", "chunk_update")})), out_file)
+                                                                               "chunk", "chunk_update",
+                                                                               "quality")})), out_file)
 
 
 @app.command("convert")
@@ -845,6 +856,8 @@ def _print_summary(summary: dict) -> None:
         out.print(f"  {row['action']:>9}  {row['source_path']}", highlight=False)
     for failure in summary.get("failures", []):
         err.print(f"[red]failed[/] {failure['stage']}: {escape(failure['message'])}", highlight=False, soft_wrap=True)
+    for warning in summary.get("chunk_quality", {}).get("warnings", []):
+        err.print(f"[yellow]warning[/] chunks: {escape(warning)}", highlight=False, soft_wrap=True)
 
 
 class _progress_bars:

@@ -16,12 +16,18 @@ def artifact_key(namespace: str, kind: str) -> str:
 
 
 def summary_rows(summary: dict) -> list[dict]:
-    """One row per figure: documents new/changed/unchanged/removed/failed, chunks, store, seconds per stage."""
+    """One row per figure: documents new/changed/unchanged/removed/failed, chunks, store, seconds per stage, chunk
+    quality (one row per warning)."""
     rows = [{"group": "documents", "item": key, "value": value} for key, value in summary["documents"].items()]
     rows += [{"group": "chunks", "item": key, "value": value} for key, value in summary["chunks"].items()]
     rows.append({"group": "store", "item": "count", "value": summary["store"]["count"]})
     seconds = summary.get("seconds", {})
     rows += [{"group": "seconds", "item": stage, "value": seconds[stage]} for stage in STAGE_ORDER if stage in seconds]
+    quality = summary.get("chunk_quality")
+    if quality:  # kbflow.chunk.quality: small, punctuation-only and repeated chunks, and what looks wrong where
+        rows += [{"group": "chunk quality", "item": key, "value": quality[key]}
+                 for key in ("small", "small_share", "punctuation_only", "duplicates")]
+        rows += [{"group": "chunk quality", "item": "warning", "value": text} for text in quality["warnings"]]
     return rows
 
 

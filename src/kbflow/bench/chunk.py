@@ -12,6 +12,10 @@ edited (a few words appended, so every later block moves; the blocks and section
 edited documents are chunked again with those plans and counts. Its MB/s is over the whole documents' bytes, as an update's
 chunk stage sees them. The chunks it gives are compared with a plain chunking of the edited text: they must be
 identical.
+
+Every run also reports the chunks' quality on one copy of the corpus (``kbflow.chunk.quality``); ``--quality``
+measures that alone, per document, with each document's chunks against its text's tokens / the budget
+(``bench_chunk_quality``).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from kbflow.bench.ingest import _corpus_dir, _peak_rss_mb
 from kbflow.bench.results import save
 from kbflow.chunk.chunker import ChunkJob, _sections, chunk_documents, chunker_fingerprint
 from kbflow.chunk.plans import chunk_remembering
+from kbflow.chunk.quality import quality_report
 from kbflow.config import load_config
 from kbflow.convert.converters import convert_batch
 from kbflow.embed import get_embedder
@@ -106,6 +111,10 @@ def bench_chunk(corpus: Path, out_file: Path, target_mb: float = 100.0, config=N
     full, full_tokenized = chunk_all(documents, blocks, memories)  # keeps plans and counts, as an ingest
     n_chunks = sum(len(chunks) for chunks in full)
     chunk_s, chunk_cpu = time.perf_counter() - started, time.process_time() - cpu
+    quality = quality_report(((f"doc{i}", [c.text for c in chunks], [c.n_tokens for c in chunks],
+                               [c.heading_path for c in chunks]) for i, chunks in enumerate(full[:len(originals)])),
+                             chunk_tokens)
+    quality.pop("per_document")
     del full
 
     pairs = [edited(text, doc_blocks) for text, doc_blocks in zip(documents, blocks)]
@@ -134,9 +143,51 @@ def bench_chunk(corpus: Path, out_file: Path, target_mb: float = 100.0, config=N
                                                        for memory, before in zip(memories, keys_before)),
                          "texts_tokenized": update_tokenized,
                          "identical_to_a_fresh_chunking": identical, "documents_compared": sample},
+        "quality": quality,
         "peak_rss_mb": round(_peak_rss_mb(), 1),
     }
     return save(result, out_file, _plot)
+
+
+def bench_chunk_quality(corpus: Path, out_file: Path, include: list[str] | None = None, config=None) -> dict:
+    """Chunk quality of every document of ``corpus`` (files matching ``include``, all by default), converted and
+    chunked with the configured model's token counter and budget: per document its chunks, small and
+    punctuation-only chunks, repeated texts, and chunks against its text's tokens / the budget (1.0 would be chunks
+    filled to the brim with no overlap)."""
+    cfg = load_config(config)
+    embedder = get_embedder(cfg.embedder)
+    counter = embedder.token_counter()
+    chunk_tokens = resolve_chunk_tokens(cfg.chunking, embedder.max_tokens, embedder.model_id)
+    fingerprint = chunker_fingerprint(counter, chunk_tokens, cfg.chunking.overlap_tokens, cfg.chunking.heading_prefix)
+    with tempfile.TemporaryDirectory(prefix="kbflow-bench-chunk-") as work:
+        source = _corpus_dir(corpus, Path(work) / "corpus")
+        started = time.perf_counter()
+        converted = convert_batch(scan([source], "bench", include or cfg.convert.include, cfg.convert.exclude),
+                                  cfg.convert)
+        convert_s = time.perf_counter() - started
+    rows = [row for row in converted.select(["source_path", "markdown", "status", "error"]).to_pylist()]
+    documents = [(row["source_path"], row["markdown"]) for row in rows if row["markdown"]]
+    started = time.perf_counter()
+    jobs = [ChunkJob(source, text, split_markdown(text)) for source, text in documents]
+    chunked = chunk_documents(jobs, counter, chunk_tokens, cfg.chunking.overlap_tokens, cfg.chunking.heading_prefix,
+                              fingerprint)
+    chunk_s = time.perf_counter() - started
+    report = quality_report(((source, [c.text for c in chunks], [c.n_tokens for c in chunks],
+                              [c.heading_path for c in chunks]) for (source, _), chunks in zip(documents, chunked)),
+                            chunk_tokens)
+    text_tokens = counter.count([text for _, text in documents])
+    for (source, _), tokens, chunks in zip(documents, text_tokens, chunked):
+        report["per_document"][source].update(text_tokens=tokens,
+                                              chunks_per_budget=round(len(chunks) / max(tokens / chunk_tokens, 1), 3))
+    result = {"corpus": str(corpus), "include": include or cfg.convert.include, "tokenizer": counter.name,
+              "model_id": embedder.model_id, "chunk_tokens": chunk_tokens,
+              "overlap_tokens": cfg.chunking.overlap_tokens, "chunker": fingerprint,
+              "convert_s": round(convert_s, 1), "chunk_s": round(chunk_s, 1),
+              "not_converted": {row["source_path"]: row["error"] for row in rows if not row["markdown"]},
+              "note": "small: chunks under a tenth of chunk_tokens, a section's last chunk aside (small_share is of "
+                      "those judged); chunks_per_budget: chunks / (the document's text tokens / chunk_tokens)",
+              **report}
+    return save(result, out_file)
 
 
 def _plot(result: dict, path: Path) -> Path:

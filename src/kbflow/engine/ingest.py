@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 from kbflow import memory, progress
 from kbflow.chunk.chunker import chunker_fingerprint
 from kbflow.chunk.plans import PlanCache
+from kbflow.chunk.quality import add_to_summary as add_chunk_quality
 from kbflow.config import KbConfig, check_namespace
 from kbflow.convert.archive import ArchiveLimits
 from kbflow.convert.converters import close_pool, converter_fingerprint, text_documents, text_sources
@@ -374,6 +375,7 @@ def _chunked_batch(run: Run, batch: list, index: int, file_docs: pa.Table, texts
                             config.chunking, run.fingerprints.chunker, str(run.state.plans_dir), label=label,
                             cache_key=stages.chunk_cache_key(key, run.fingerprints.chunker))
     run.timed("chunk", started, last + 1, total)
+    add_chunk_quality(run.summary, chunks, documents, run.chunk_tokens)  # warnings name a document, in the summary
     write_table(chunks, run.run_dir / "chunks" / part, CHUNKS)
     failpoint("chunk.done")
 
