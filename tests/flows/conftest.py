@@ -20,7 +20,7 @@ DIM = 384  # the suite's model, all-MiniLM-L6-v2
 
 @pytest.fixture(autouse=True, scope="session")
 def prefect_harness():
-    with prefect_test_harness(server_startup_timeout=120):
+    with prefect_test_harness(server_startup_timeout=300):
         yield
 
 
