@@ -12,8 +12,6 @@ from pathlib import Path
 
 from kbflow.environment import set_quiet_offline_defaults
 
-set_quiet_offline_defaults()  # before Prefect reads its settings: offline models, run logs to the API, a quiet console
-
 from kbflow.config import KbConfig, check_namespace, load_config  # noqa: E402
 from kbflow.convert.objects import is_url  # noqa: E402
 from kbflow.engine.ingest import IngestJob  # noqa: E402
@@ -87,6 +85,7 @@ def _as_flow_run(run):
 def _run_ingest(config: KbConfig, job: IngestJob) -> dict:
     if orchestration(config) == "direct":
         return run_engine_ingest(config, job)
+    set_quiet_offline_defaults()  # a flow run starts here: Prefect's settings (importing kbflow sets no variables)
     from kbflow.flows.ingest import ingest as ingest_flow
     from kbflow.tasks.runners import with_task_runner
 
@@ -143,6 +142,7 @@ def reembed(namespace: str, model: str, config: KbConfig | str | Path | None = N
     beir = str(eval_beir) if eval_beir else None
     if orchestration(cfg) == "direct":
         return run_engine_reembed(cfg, namespace, model, beir, max_ndcg_drop)
+    set_quiet_offline_defaults()  # a flow run starts here
     from kbflow.flows.reembed import reembed as reembed_flow
 
     return _as_flow_run(lambda: reembed_flow(namespace=namespace, model=model, eval_beir=beir,
@@ -229,7 +229,7 @@ def clear(namespace: str, config: KbConfig | str | Path | None = None, data_dir:
     state = NamespaceState(cfg.data_dir, namespace)
     meta = state.meta() or {}
     removed = 0
-    with namespace_lock(state.root, namespace):
+    with namespace_lock(state.root, namespace, cfg.flow.lock_wait_s):
         if meta.get("dimension"):
             store = open_store(cfg, state.store_namespace(), meta["dimension"])
             removed = store.count()
@@ -249,5 +249,5 @@ def verify(namespace: str | None = None, config: KbConfig | str | Path | None = 
     namespace = check_namespace(namespace or cfg.namespace)
     if not repair:
         return run_verify(cfg, namespace).to_dict()
-    with namespace_lock(NamespaceState(cfg.data_dir, namespace).root, namespace):
+    with namespace_lock(NamespaceState(cfg.data_dir, namespace).root, namespace, cfg.flow.lock_wait_s):
         return run_verify(cfg, namespace, repair=True).to_dict()

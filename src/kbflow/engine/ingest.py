@@ -175,7 +175,8 @@ def _ingest(config: KbConfig, job: IngestJob, runner: StageRunner, run_id: str) 
         return _finish(run, wall_started)
 
     # a data dir that cannot be written (permissions, read-only or full disk) is one clear error, naming the path
-    with store_errors(f"ingesting into data dir {str(data_dir)!r}"), namespace_lock(state.root, namespace) as lock:
+    with store_errors(f"ingesting into data dir {str(data_dir)!r}"), namespace_lock(state.root, namespace,
+                                                                                        config.flow.lock_wait_s) as lock:
         run.lock = lock
         # one writer per namespace; the plan is made under the lock
         plan = _plan(run, sources, texts, job.add_only, job.roots)

@@ -73,7 +73,7 @@ def reembed(config: KbConfig, namespace: str, model: str, eval_beir: str | None 
     summary = {"namespace": namespace, "from": meta["model_id"], "to": embedder.model_id, "switched": False,
                "chunks": 0, "embedded": 0, "reused": 0, "failures": []}
     try:
-        with namespace_lock(state.root, namespace):
+        with namespace_lock(state.root, namespace, config.flow.lock_wait_s):
             _reembed(config, target_config, state, meta, embedder, eval_beir, max_ndcg_drop, runner, summary)
     finally:
         if own_runner:
