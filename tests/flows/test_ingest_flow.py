@@ -466,12 +466,14 @@ def test_a_large_run_converts_in_worker_processes_and_stops_them_at_the_end(docs
     monkeypatch.setattr(converters, "AUTO_WORKERS_MIN_FILES", 4)  # the four case documents are a "large" run here
     monkeypatch.setenv("KBFLOW__FLOW__DOC_BATCH", "2")  # batches below the threshold: the run's size decides
     pools = []
-    original = converters._get_pool
-    monkeypatch.setattr(converters, "_get_pool", lambda workers: pools.append(original(workers)) or pools[-1])
+    original = converters.ConversionPool.get
+    monkeypatch.setattr(converters.ConversionPool, "get",
+                        lambda self, workers: pools.append(original(self, workers)) or pools[-1])
     summary = run(docs_dir, tmp_path / "pool")
     assert summary["documents"]["new"] == 4 and summary["documents"]["failed"] == 0
     assert pools and all(len(pool.workers) == min(cores, converters.AUTO_WORKERS_MAX) for pool in pools)
-    assert converters._pool is None and not any(w.process.is_alive() for w in pools[-1].workers)
+    assert len({id(pool) for pool in pools}) == 1  # the run's one pool, for each of its batches
+    assert not any(w.process.is_alive() for w in pools[-1].workers)
 
     monkeypatch.setenv("KBFLOW__CONVERT__WORKERS", "1")
     pools.clear()

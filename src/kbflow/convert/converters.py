@@ -8,12 +8,14 @@ data fenced, Office files and EPUB through MarkItDown, ZIP members as documents 
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import io
 import multiprocessing
 import os
+import threading
 import time
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path, PurePosixPath
@@ -279,29 +281,45 @@ def conversion_workers(options: ConvertConfig, job_files: int) -> int:
     return max(1, min(cores, AUTO_WORKERS_MAX))
 
 
-_pool = None
+class ConversionPool:
+    """The conversion worker processes of one run: started when its first batch needs them, stopped when the run
+    ends (``run_conversion_pool``). Never shared: a run that ends stops only its own workers, and two runs never
+    send jobs to the same worker."""
+
+    def __init__(self):
+        self._pool = None
+        self._guard = threading.Lock()
+
+    def get(self, workers: int):
+        from kbflow.convert.pool import KillablePool
+
+        with self._guard:
+            if self._pool is None or len(self._pool.workers) != workers:
+                if self._pool is not None:
+                    self._pool.close()
+                self._pool = KillablePool(workers, _convert_one)
+            return self._pool
+
+    def close(self) -> None:
+        with self._guard:
+            if self._pool is not None:
+                self._pool.close()
+                self._pool = None
 
 
-def close_pool() -> None:
-    """Stop the conversion worker processes, if any (the end of a run; the next run that needs them starts them)."""
-    global _pool
-    if _pool is not None:
-        _pool.close()
-        _pool = None
+_run_pool: ContextVar[ConversionPool | None] = ContextVar("kbflow_conversion_pool", default=None)
 
 
-atexit.register(close_pool)
-
-
-def _get_pool(workers: int):
-    from kbflow.convert.pool import KillablePool
-
-    global _pool
-    if _pool is None or len(_pool.workers) != workers:
-        if _pool is not None:
-            _pool.close()
-        _pool = KillablePool(workers, _convert_one)
-    return _pool
+@contextmanager
+def run_conversion_pool():
+    """Conversions in this context (and in the threads a run starts with it) share one pool, stopped at the end."""
+    pool = ConversionPool()
+    token = _run_pool.set(pool)
+    try:
+        yield pool
+    finally:
+        _run_pool.reset(token)
+        pool.close()
 
 
 def convert_batch(sources: list[SourceFile], options: ConvertConfig | None = None, cache=None,
@@ -338,8 +356,14 @@ def convert_batch(sources: list[SourceFile], options: ConvertConfig | None = Non
                         f"ConversionError: {sources[todo[job]].source_path}: the converter process died (exit code "
                         f"{exitcode}; out of memory?); exclude the file or convert it with workers: 1 to see the error")
 
-        results = _get_pool(workers).map([(sources[i], options) for i in todo], options.timeout_s,
-                                                 timed_out, crashed)
+        owner = _run_pool.get()  # a run's pool; a call outside any run starts workers for this call only
+        pool = owner or ConversionPool()
+        try:
+            results = pool.get(workers).map([(sources[i], options) for i in todo], options.timeout_s, timed_out,
+                                            crashed)
+        finally:
+            if owner is None:
+                pool.close()
         for i, row in zip(todo, results):
             rows[i] = row
         report(len(sources))

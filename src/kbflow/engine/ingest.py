@@ -37,7 +37,7 @@ from kbflow.chunk.plans import PlanCache
 from kbflow.chunk.quality import add_to_summary as add_chunk_quality
 from kbflow.config import KbConfig, check_namespace
 from kbflow.convert.archive import ArchiveLimits
-from kbflow.convert.converters import close_pool, converter_fingerprint, text_documents, text_sources
+from kbflow.convert.converters import converter_fingerprint, run_conversion_pool, text_documents, text_sources
 from kbflow.convert.scan import UnreadableFolder, scan
 from kbflow.convert.web import WebScan, is_web, scan_web
 from kbflow.convert.web import save_state as save_web_state
@@ -136,9 +136,9 @@ def ingest(config: KbConfig, job: IngestJob, runner: StageRunner | None = None, 
     own_runner = runner is None
     runner = runner or DirectRunner(stages.policies(config), config.flow.max_workers + 1)
     try:
-        return _ingest(config, job, runner, run_id or new_run_id())
+        with run_conversion_pool():  # this run's conversion workers, when it needs them; stopped when it ends
+            return _ingest(config, job, runner, run_id or new_run_id())
     finally:
-        close_pool()  # conversion workers, when the run started them
         if own_runner:
             runner.close()
 

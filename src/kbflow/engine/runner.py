@@ -10,6 +10,7 @@ key the result by (content hashes + stage version); a runner without a result ca
 
 from __future__ import annotations
 
+import contextvars
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
@@ -38,7 +39,8 @@ class DirectRunner:
         return call_with_retries(lambda: function(*args), self.policies[stage])
 
     def submit(self, stage: str, *args: Any, label: str, cache_key: str | None = None) -> Future:
-        return self._pool.submit(self._call, stage, args)
+        # in the submitting run's context: its progress listener and conversion workers (kbflow.engine.context)
+        return self._pool.submit(contextvars.copy_context().run, self._call, stage, args)
 
     def run(self, stage: str, *args: Any, label: str, cache_key: str | None = None) -> Any:
         return self._call(stage, args)
