@@ -423,10 +423,20 @@ def bench_ingest(
     work_dir: Optional[Path] = typer.Option(None, "--work-dir", help="Scratch folder (default: a temporary one)."),
     bench_data_dir: Optional[str] = typer.Option(None, "--data-dir", help="Where the knowledge base goes (default: "
                                                  "<work-dir>/data); an s3:// URL measures object storage."),
+    web: bool = typer.Option(False, "--web", help="Serve the corpus as a website on 127.0.0.1 (ETags, a sitemap) "
+                             "and ingest it through its sitemap: requests and bytes per phase."),
+    web_pages: Optional[int] = typer.Option(None, "--web-pages", min=1, help="With --web: serve only the first N "
+                                            "HTML pages (by name) of each version."),
     config: Optional[Path] = ConfigOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Full ingest, no-op re-run, optional update, and the raw-encode floor, timed in one process."""
+    if web:
+        from kbflow.bench.web import bench_web
+
+        _run_bench(lambda: bench_web(corpus, update_to, out_file, work_dir, config, web_pages), as_json,
+                   lambda result: out.print_json(json.dumps(result["ratios"])), out_file)
+        return
     from kbflow.bench.ingest import bench_ingest as run_bench
 
     _run_bench(lambda: run_bench(corpus, update_to, out_file, work_dir, config, bench_data_dir), as_json,

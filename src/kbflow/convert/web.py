@@ -44,7 +44,7 @@ from urllib.robotparser import RobotFileParser
 from kbflow.convert.scan import SourceFile, UnreadableFolder, doc_id_for
 from kbflow.errors import KbflowError, PermanentError
 from kbflow.storage import write_bytes_atomic
-from kbflow.trust import SourcePolicy, fetch, http_client
+from kbflow.trust import SourcePolicy, SourceRefused, fetch, http_client
 
 STATE_VERSION = 1
 MAX_SITEMAP_NESTING = 5
@@ -222,7 +222,11 @@ class _Site:
                 self._count("gone")
                 return _Page(None, None)
             self._count("failed")
-            reason = f"not downloaded ({exc}); its stored version is kept and the next run tries again"
+            if isinstance(exc, SourceRefused):  # a redirect hop outside the folder (fetch checks every hop)
+                reason = (f"not read: it redirects outside the source's folder {self.site}; its stored version is "
+                          "kept (list the page's new address, or remove it from the site's sitemap)")
+            else:
+                reason = f"not downloaded ({exc}); its stored version is kept and the next run tries again"
             failed = SourceFile(doc_id=doc_id, source_path=source_path, abs_path=url,
                                 source_sha256=hashlib.sha256(f"failed\x00{exc}".encode()).hexdigest(), size=0,
                                 mtime=0.0, mime="text/html", unreadable=reason)
@@ -235,7 +239,8 @@ class _Site:
     def _unchanged(self, url: str, old: dict) -> _Page:
         path = self.pages.folder / "pages" / old["file"]
         source = SourceFile(doc_id=doc_id_for(self.namespace, old["source_path"]), source_path=old["source_path"],
-                            abs_path=str(path), source_sha256=old["sha256"], size=old["size"], mtime=0.0,
+                            abs_path=str(path), source_sha256=old["sha256"], size=old["size"],
+                            mtime=old.get("mtime", 0.0),
                             mime=old["mime"])
         return _Page(source, old, list(old.get("links", [])))
 
@@ -245,13 +250,13 @@ class _Site:
         path = self.pages.body_path(url, mime)
         if self.save:
             write_bytes_atomic(path, fetched.content, durable=False)
-        digest = hashlib.sha256(fetched.content).hexdigest()
+        digest, now = hashlib.sha256(fetched.content).hexdigest(), time.time()
         links = _links(fetched.content, fetched.url) if mime in ("text/html", "application/xhtml+xml") else []
         record = {"source_path": source_path, "file": path.name, "sha256": digest, "size": len(fetched.content),
-                  "mime": mime, "etag": fetched.headers.get("etag"), "last_modified": fetched.headers.get(
+                  "mime": mime, "mtime": now, "etag": fetched.headers.get("etag"), "last_modified": fetched.headers.get(
                       "last-modified"), "lastmod": lastmod, "links": links}
         source = SourceFile(doc_id=doc_id, source_path=source_path, abs_path=str(path) if self.save else url,
-                            source_sha256=digest, size=len(fetched.content), mtime=time.time(), mime=mime)
+                            source_sha256=digest, size=len(fetched.content), mtime=now, mime=mime)
         return _Page(source, record, links)
 
     def _count(self, what: str) -> None:

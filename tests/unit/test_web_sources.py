@@ -14,9 +14,10 @@ import pytest
 from kbflow import api
 from kbflow.bench.site import SiteState, StaticSite
 from kbflow.config import WebConfig, load_config
-from kbflow.convert.web import _links, scan_web, source_path_of
+from kbflow.convert.web import _links, save_state, scan_web, source_path_of
 from kbflow.state.snapshots import read_table
-from tests.flows.conftest import store_of
+from kbflow.stores.lancedb_store import LanceStore
+from tests.conftest import CountingEmbedder
 
 CORPORA = Path(__file__).resolve().parents[3] / "shared" / "corpora"
 if not CORPORA.is_dir():
@@ -48,6 +49,20 @@ def releases(tmp_path_factory) -> dict[str, Path]:
         assert sorted(path.name for path in target.iterdir()) == sorted(PAGES)
         found[release] = target
     return found
+
+
+@pytest.fixture
+def counting(monkeypatch, real_embedder):
+    """Every ingest in the test embeds through this counter (the suite's MiniLM)."""
+    import kbflow.engine.ingest
+
+    counter = CountingEmbedder(real_embedder)
+    monkeypatch.setattr(kbflow.engine.ingest, "get_embedder", lambda config: counter)
+    return counter
+
+
+def store_of(data_dir: Path) -> LanceStore:
+    return LanceStore(data_dir / "lancedb", "default", 384)
 
 
 def _config(data_dir: Path, **web):
@@ -168,7 +183,7 @@ def test_robots_txt_is_honoured_and_a_redirect_off_the_site_is_not_followed(rele
     assert {row[0] for row in _contents(data)} == {"tutorial-sql.html"}
     failure = read_table(data / "runs" / "default" / summary["run_id"] / "failures.parquet").to_pylist()
     assert len(failure) == 1 and "tutorial-start.html" in failure[0]["source_path"]
-    assert "not under a source" in failure[0]["message"]
+    assert "redirects outside the source's folder" in failure[0]["message"]
 
 
 def test_a_crawl_follows_links_within_its_folder_and_a_304_page_still_gives_its_links(releases, tmp_path, counting):
@@ -199,3 +214,18 @@ def test_crawl_limits_fragments_and_queries(releases, tmp_path):
     assert _links(page, "http://h/docs/15/sub/page.html") == [
         "http://h/docs/15/sql.html", "http://h/docs/15/", "http://h/docs/16/a.html?x=1", "https://other.example/"]
     assert source_path_of("http://h:8080/docs/") == "h:8080/docs/index.html"
+
+
+def test_a_sitemap_lastmod_that_did_not_move_saves_the_request(releases, tmp_path):
+    state = SiteState(releases["15.18"], pages=["tutorial-sql.html", "sql-do.html"], lastmod=True)
+    folder = tmp_path / "web"
+    with StaticSite(state) as site:
+        first = scan_web([site.url + "sitemap.xml"], "ns", WebConfig(), folder)
+        save_state(folder, first)
+        site.take_log()
+        again = scan_web([site.url + "sitemap.xml"], "ns", WebConfig(), folder)
+        assert again.counts["lastmod_unchanged"] == 2
+        assert [path for path, _, _ in site.take_log() if path.endswith(".html")] == []  # not even a 304
+        assert [s.source_sha256 for s in again.sources] == [s.source_sha256 for s in first.sources]
+        again = scan_web([site.url + "sitemap.xml"], "ns", WebConfig(use_lastmod=False), folder)
+        assert again.counts["not_modified"] == 2
