@@ -152,6 +152,25 @@ def test_a_page_that_fails_keeps_its_stored_version(releases, tmp_path, counting
     assert _contents(data) == _contents_of_local(local, tmp_path / "local-data")
 
 
+def test_a_page_answering_404_is_removed_and_an_unreadable_sitemap_removes_nothing(releases, tmp_path, counting):
+    pages = ["tutorial-sql.html", "sql-do.html", "limits.html", "legalnotice.html"]
+    state = SiteState(releases["15.18"], pages=list(pages))
+    data = tmp_path / "data"
+    with StaticSite(state) as site:
+        source = [site.url + "sitemap.xml"]
+        api.ingest(source, config=_config(data))
+        stored = _contents(data)
+        state.status = {"sitemap.xml": 503}  # out of sight: kept as it is, and the run says why
+        blind = api.ingest(source, config=_config(data))
+        assert blind["documents"]["removed"] == 0 and _contents(data) == stored
+        failure = read_table(data / "runs" / "default" / blind["run_id"] / "failures.parquet").to_pylist()
+        assert [f["error_type"] for f in failure] == ["UnreadableFolder"] and "503" in failure[0]["message"]
+        state.status = {"sql-do.html": 404}  # still in the sitemap, but gone
+        gone = api.ingest(source, config=_config(data))
+        assert gone["documents"]["removed"] == 1 and gone["web"]["gone"] == 1 and gone["documents"]["failed"] == 0
+        assert _contents(data) == [row for row in stored if row[0] != "sql-do.html"]
+
+
 def test_a_lost_download_is_fetched_again_not_answered_304(releases, tmp_path, counting):
     """Validators are sent only for a saved body that still has their hash: a converter change that re-converts
     every page then finds every body, even after the download folder was lost."""

@@ -22,7 +22,7 @@ class SiteState:
     base: str = "/docs/"  # where the folder's pages are served
     pages: list[str] | None = None  # file names listed in the sitemap and served (None: every *.html)
     robots: str = ""  # robots.txt body ('' answers 404)
-    status: dict[str, int] = field(default_factory=dict)  # page name -> forced status (503 ...)
+    status: dict[str, int] = field(default_factory=dict)  # page name (or sitemap.xml) -> forced status (503 ...)
     redirects: dict[str, str] = field(default_factory=dict)  # page name -> Location
     lastmod: bool = False  # <lastmod> in the sitemap (from the file's time)
 
@@ -79,14 +79,14 @@ def _handler(site: StaticSite):
             path = urlsplit(self.path).path
             state = site.state
             name = path[len(state.base):] if path.startswith(state.base) else None
-            if path == "/robots.txt":
+            if name in state.status:
+                self._answer(state.status[name], b"busy", "text/plain")
+            elif path == "/robots.txt":
                 self._answer(200 if state.robots else 404, state.robots.encode(), "text/plain")
             elif name == "sitemap.xml":
                 self._answer(200, site.sitemap(), "application/xml")
             elif name in state.redirects:
                 self._answer(302, b"", "text/html", {"Location": state.redirects[name]})
-            elif name in state.status:
-                self._answer(state.status[name], b"busy", "text/plain")
             elif name and name in state.names() and (state.folder / name).is_file():
                 self._page(state.folder / name)
             else:
