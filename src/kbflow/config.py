@@ -207,10 +207,6 @@ class FlowConfig(_Section):
         600.0, ge=0, description="Seconds a write waits for another write to the same namespace from this process "
         "(threads, an MCP server, a backfill) to finish before it gives up; writes from other processes are "
         "refused at once.")
-    lock_wait_s: float = Field(
-        600.0, ge=0, description="Seconds a write waits for another write to the same namespace from this process "
-        "(threads, an MCP server, a backfill) to finish before it gives up; writes from other processes are "
-        "refused at once.")
 
 
 class RerankConfig(_Section):
