@@ -229,9 +229,11 @@ def test_crawl_limits_fragments_and_queries(releases, tmp_path):
                           tmp_path / "b", save=False)
         assert len(capped.sources) == 5
     page = b'<html><head><base href="/docs/15/"></head><body><a href="sql.html#top">x</a> <a href="#s">s</a>' \
-           b'<a href="../16/a.html?x=1">y</a> <a href="mailto:a@b.c">m</a> <a href="https://other.example/">o</a>'
+           b'<a href="../16/a.html?x=1">y</a> <a href="mailto:a@b.c">m</a> <a href="https://other.example/">o</a>' \
+           b'<a href="two words.html">w</a>'
     assert _links(page, "http://h/docs/15/sub/page.html") == [
-        "http://h/docs/15/sql.html", "http://h/docs/15/", "http://h/docs/16/a.html?x=1", "https://other.example/"]
+        "http://h/docs/15/sql.html", "http://h/docs/15/", "http://h/docs/16/a.html?x=1", "https://other.example/",
+        "http://h/docs/15/two%20words.html"]
     assert source_path_of("http://h:8080/docs/") == "h:8080/docs/index.html"
 
 

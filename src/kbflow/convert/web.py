@@ -38,7 +38,7 @@ import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
-from urllib.parse import urldefrag, urljoin, urlsplit
+from urllib.parse import quote, urldefrag, urljoin, urlsplit
 from urllib.robotparser import RobotFileParser
 
 from kbflow.convert.scan import SourceFile, UnreadableFolder, doc_id_for
@@ -48,6 +48,7 @@ from kbflow.trust import SourcePolicy, SourceRefused, fetch, http_client
 
 STATE_VERSION = 1
 MAX_SITEMAP_NESTING = 5
+URL_SAFE = ":/?#[]@!$&'()*+,;=%~"
 SUFFIXES = {"text/html": ".html", "application/xhtml+xml": ".html", "application/pdf": ".pdf",
             "text/plain": ".txt", "text/markdown": ".md", "text/csv": ".csv"}
 
@@ -222,7 +223,7 @@ class _Site:
                 self._count("gone")
                 return _Page(None, None)
             self._count("failed")
-            if isinstance(exc, SourceRefused):  # a redirect hop outside the folder (fetch checks every hop)
+            if isinstance(exc, SourceRefused) and f"URL {url!r}" not in str(exc):  # refused at a redirect hop
                 reason = (f"not read: it redirects outside the source's folder {self.site}; its stored version is "
                           "kept (list the page's new address, or remove it from the site's sitemap)")
             else:
@@ -343,7 +344,8 @@ def _links(content: bytes, page_url: str) -> list[str]:
     except Exception:  # a page too broken to parse gives no links; its conversion reports the rest
         return []
     base = urljoin(page_url, parser.base) if parser.base else page_url
-    links = (urldefrag(urljoin(base, href))[0] for href in parser.hrefs)
+    # spaces and other characters a browser percent-encodes are encoded the same way (the URL check refuses them raw)
+    links = (quote(urldefrag(urljoin(base, href))[0], safe=URL_SAFE) for href in parser.hrefs)
     return list(dict.fromkeys(link for link in links if link.lower().startswith(("http://", "https://"))))
 
 
