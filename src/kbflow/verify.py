@@ -87,9 +87,13 @@ def verify(config: KbConfig, namespace: str, repair: bool = False) -> Report:
         findings.append(Finding("model", f"the namespace holds {model_id} (dim {dimension}) but the config names "
                                          f"{configured.model_id} (dim {configured.dimension})"))
 
-    store = open_store(config, state.store_namespace(), dimension)
+    try:
+        store = open_store(config, state.store_namespace(), dimension)
+        store_damage = store.unreadable()
+    except StateDamaged as exc:  # a local store whose files cannot even be opened (Qdrant's local mode)
+        store, store_damage = None, str(exc)
     cache = VectorCache(store_uri(config), model_id, dimension)
-    unreadable = [Finding(check, reason) for check, reason in (("store", store.unreadable()),
+    unreadable = [Finding(check, reason) for check, reason in (("store", store_damage),
                                                                 ("vector-cache", cache.unreadable())) if reason]
     manifest = None
     for check, read in (("last_run.json", state.last_run), ("manifest.parquet", state.read_manifest)):
@@ -104,7 +108,12 @@ def verify(config: KbConfig, namespace: str, repair: bool = False) -> Report:
         return Report(namespace, model_id, dict(EMPTY_COUNTS), findings)
     damaged = {finding.check for finding in unreadable}
     if "store" in damaged:  # first: the manifest may be rebuilt from it
-        healed["store"] = heal.store_table(store)
+        if store is None:
+            set_aside = heal.set_aside_store(config)
+            store = open_store(config, state.store_namespace(), dimension)
+            healed["store"] = f"{set_aside}; {heal.store_table(store)}"
+        else:
+            healed["store"] = heal.store_table(store)
     if "vector-cache" in damaged:
         healed["vector-cache"] = heal.vector_cache(cache, store)
     if "last_run.json" in damaged:

@@ -84,6 +84,10 @@ def damage(data: Path, kind: str) -> str:
     if kind == "store-file-gone":
         _oldest_but_one(data / "lancedb" / "chunks_default.lance" / "data").unlink()
         return "store"
+    if kind == "qdrant-file-cut":  # local mode's SQLite file of the collection, cut short
+        database = data / "qdrant" / "collection" / "kbflow_default" / "storage.sqlite"
+        database.write_bytes(database.read_bytes()[:database.stat().st_size // 3])
+        return "store"
     if kind == "cache-file-gone":
         [cache] = (data / "lancedb").glob("vectors_*.lance")
         sorted((cache / "data").iterdir(), key=lambda path: path.stat().st_mtime_ns)[0].unlink()
@@ -91,19 +95,24 @@ def damage(data: Path, kind: str) -> str:
     raise AssertionError(kind)
 
 
-KINDS = ["manifest-cut", "manifest-empty", "namespace-empty", "last-run-empty", "store-file-gone", "cache-file-gone"]
+KINDS = ["manifest-cut", "manifest-empty", "namespace-empty", "last-run-empty", "store-file-gone", "qdrant-file-cut",
+         "cache-file-gone"]
 # what each read does with each damage: "error" (StateDamaged naming the file) or "ok"
 STATS = {"manifest-cut": "error", "manifest-empty": "error", "namespace-empty": "error", "last-run-empty": "error",
-         "store-file-gone": "error", "cache-file-gone": "ok"}
-SEARCH = {**{kind: "ok" for kind in KINDS}, "namespace-empty": "error", "store-file-gone": "error"}
+         "store-file-gone": "error", "qdrant-file-cut": "error", "cache-file-gone": "ok"}
+SEARCH = {**{kind: "ok" for kind in KINDS}, "namespace-empty": "error", "store-file-gone": "error",
+          "qdrant-file-cut": "error"}
 INGEST = {**STATS, "last-run-empty": "ok"}  # a plain ingest: refuses to trust what it cannot read
+
+
+OWN_FILES = {"store-file-gone": "lancedb", "qdrant-file-cut": "qdrant"}
 
 
 def _matrix():
     for store in STORES:
         for kind in KINDS:
-            if kind == "store-file-gone" and store == "qdrant":
-                continue  # a LanceDB table's data file; Qdrant's local mode keeps no earlier versions to restore
+            if OWN_FILES.get(kind, store) != store:
+                continue  # each store's own files: a LanceDB table's data file, Qdrant local mode's SQLite file
             yield pytest.param(store, kind, id=f"{store}-{kind}")
 
 

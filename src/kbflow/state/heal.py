@@ -15,6 +15,7 @@ readable, never invented. What each costs is in docs/reliability.md.
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import pyarrow as pa
 
@@ -35,6 +36,17 @@ def store_table(store) -> str:
         return "emptied: no earlier version of the table reads whole; the next ingest writes every document again"
     return (f"restored to version {restored['version']} ({restored['rows']} chunks); documents written after it "
             "are re-run by the next ingest")
+
+
+def set_aside_store(config: KbConfig) -> str:
+    """A local store folder that cannot be opened (Qdrant's local mode): its damaged collections are moved aside
+    (renamed, not deleted) so it opens again."""
+    from kbflow.stores.qdrant_store import set_aside_damaged
+
+    where = config.store.qdrant_location or str(Path(config.data_dir) / "qdrant")
+    moved = set_aside_damaged(where)
+    return (f"damaged collections moved aside in {where!r}: {', '.join(moved)}" if moved
+            else f"no damaged collection found in {where!r}")
 
 
 def vector_cache(cache, store=None) -> str:

@@ -24,12 +24,14 @@ import hashlib
 import os
 import uuid
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
 from kbflow.errors import ConfigError
 from kbflow.schemas import store_schema
+from kbflow.state.files import store_unreadable
 from kbflow.stores.base import Hit, SearchFilter
 
 PAYLOAD = ("chunk_id", "doc_id", "source_path", "ordinal", "heading_path", "text", "text_tokens", "char_start", "char_end",
@@ -60,8 +62,38 @@ def _client(location: str, api_key_env: str):
             _clients[location] = QdrantClient(url=location, api_key=os.environ.get(api_key_env) or None)
         else:
             os.makedirs(location, exist_ok=True)
-            _clients[location] = QdrantClient(path=location)
+            try:
+                _clients[location] = QdrantClient(path=location)
+            except Exception as exc:  # local mode opens every collection's SQLite file at once
+                raise LocalStoreDamaged(f"Qdrant local store {location!r}: {str(exc).strip()[:200]}") from exc
     return _clients[location]
+
+
+class LocalStoreDamaged(Exception):
+    """Qdrant's local mode could not open its folder (a collection's SQLite file cut short or overwritten)."""
+
+
+def set_aside_damaged(location: str) -> list[str]:
+    """Move each collection of a local-mode folder whose SQLite file fails its check aside (renamed, never deleted),
+    so the folder opens again; returns the collections moved. A collection moved aside is recreated empty by the
+    next write, and its documents come back from the vector cache."""
+    import sqlite3
+    import time
+
+    moved = []
+    for folder in sorted(Path(location, "collection").glob("*")):
+        database = folder / "storage.sqlite"
+        if not database.is_file() or ".damaged-" in folder.name:
+            continue
+        try:
+            with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as connection:
+                healthy = connection.execute("PRAGMA quick_check").fetchone()[0] == "ok"
+        except sqlite3.DatabaseError:
+            healthy = False
+        if not healthy:
+            folder.rename(folder.with_name(f"{folder.name}.damaged-{time.strftime('%Y%m%dT%H%M%S')}"))
+            moved.append(folder.name)
+    return moved
 
 
 def word_index(word: str) -> int:
@@ -103,7 +135,10 @@ class QdrantStore:
         self.namespace = namespace
         self.dimension = dimension
         self.collection = f"kbflow_{namespace}"
-        self.client = _client(location, api_key_env)
+        try:
+            self.client = _client(location, api_key_env)
+        except LocalStoreDamaged as exc:
+            raise store_unreadable(namespace, str(exc)) from exc
         # a server answers overlapping requests; local mode is a plain Python object, read from one thread at a time
         self.concurrent_reads = location.startswith(("http://", "https://"))
         self.defer_vector_index = False  # nothing to defer: a server maintains its indexes itself
