@@ -141,3 +141,19 @@ def test_setext_headings_and_a_loose_list_by_hand():
     ]
     loose = "- item one\n\n  still item one\n\n- item two\nafter\n"  # blank lines inside, a lazy last line
     assert split_markdown(loose) == [Block("list", 0, 46, [])]
+
+
+def test_a_fence_inside_a_list_item_after_a_blank_line_is_code_and_later_fences_keep_their_pairs():
+    """The Python manual's pattern: a list item's example fenced and indented into the item after a blank line.
+    Taken into the list, its closing fence opened a block, and every later pair was read back to front: the
+    comment lines of the next code example became headings (chunks of a lone '#')."""
+    markdown = ("5. String representations are unusual for negative values. For example:\n\n"
+                "   ```\n   >>> timedelta(hours=-5)\n   datetime.timedelta(days=-1, seconds=68400)\n   ```\n\n"
+                "Some prose.\n\n"
+                "```\n# US DST Rules\n#\n# This is a simplified set of rules\nDSTSTART = 1\n```\n\nMore prose.\n")
+    blocks = split_markdown(markdown)
+    kinds = [block.kind for block in blocks]
+    assert "heading" not in kinds, [(b.kind, markdown[b.char_start:b.char_end]) for b in blocks]
+    code = [markdown[b.char_start:b.char_end] for b in blocks if b.kind == "code"]
+    assert len(code) == 2 and code[1].startswith("```\n# US DST Rules") and code[1].rstrip().endswith("```")
+    assert code[0].strip().startswith("```") and ">>> timedelta" in code[0]

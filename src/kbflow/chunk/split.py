@@ -15,7 +15,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-SPLIT_VERSION = "5"  # 3: heading whitespace normalised; 4: navigation blocks; 5: links in headings as their text
+SPLIT_VERSION = "6"  # 3: heading whitespace normalised; 4: navigation blocks; 5: links in headings as their text;
+# 6: a list does not run on into a code fence after a blank line
 HEADING_LINK_RE = re.compile(r'!?\[([^\[\]]*)\]\(\s*+(?:<[^<>]*>|[^()\s]*+)(?:\s++"[^"]*")?\s*+\)')  # [text](href "t")
 
 FENCE_RE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
@@ -139,11 +140,14 @@ def split_markdown(markdown: str) -> list[Block]:
                 if nxt.strip() and not FENCE_RE.match(nxt) and not ATX_RE.match(nxt) and not THEMATIC_RE.match(nxt):
                     j += 1
                     continue
-                # a blank line ends the list unless the list goes on after it
+                # a blank line ends the list unless the list goes on after it; a code fence (indented into the
+                # item or not) starts a code block of its own: taken into the list, its closing fence would be read
+                # as an opening one, and every heading-like comment of the code after it as a heading
                 k = j + 1
                 while k < n and not lines[k][2].strip():
                     k += 1
-                if k < n and k > j + 1 and (LIST_RE.match(lines[k][2]) or lines[k][2].startswith(("  ", "\t"))):
+                if k < n and k > j + 1 and not FENCE_RE.match(lines[k][2]) and (
+                        LIST_RE.match(lines[k][2]) or lines[k][2].startswith(("  ", "\t"))):
                     j = k
                     continue
                 break
