@@ -296,9 +296,14 @@ class SearchConfig(_Section):
         "hybrid", description="Default search mode. Hybrid (vector + BM25) with the default fusion is never more "
         "than 0.4 points of nDCG@10 below the better of its two inputs on five dev sets x two models, and above it "
         "on eight of the ten (docs/retrieval.md).")
-    fusion: Literal["rrf", "weighted"] = Field(
+    fusion: Literal["rrf", "weighted", "trusted"] = Field(
         "weighted", description="How hybrid merges vector and BM25 candidates: 'weighted' min-max-scaled sum (the "
-        "measured default) or 'rrf' reciprocal rank fusion (lost up to 3.7 points to its better input).")
+        "measured default), 'trusted' the same sum with BM25's share lowered per query when its first ten hits "
+        "share few chunks with the vector list's (down to bm25_floor of it), or 'rrf' reciprocal rank fusion "
+        "(lost up to 3.7 points to its better input).")
+    bm25_floor: float = Field(0.2, ge=0, le=1, description="Trusted fusion: the part of BM25's share it keeps when "
+                              "its first ten hits share no chunk with the vector list's (full share from three "
+                              "in common).")
     rrf_k: int = Field(60, ge=1, description="RRF constant: score = sum of 1/(rrf_k + rank).")
     vector_weight: float = Field(0.5, ge=0, le=1, description="Weighted fusion: share of the min-max-scaled vector "
                                  "score; BM25 gets the rest. 0.5 (equal shares): weights fitted to sets that reward exact "

@@ -1,4 +1,5 @@
-"""Merging ranked lists of hits: reciprocal rank fusion and weighted min-max fusion.
+"""Merging ranked lists of hits: reciprocal rank fusion, weighted min-max fusion, and min-max fusion whose BM25
+share is set per query by how much the BM25 list agrees with the vector list (``trusted``).
 
 Each hit keeps its input scores in ``Hit.extra`` ("vector", "bm25") and its ranks ("vector_rank", "bm25_rank"),
 so a caller can see why a hit ranks where it does.
@@ -50,3 +51,33 @@ def weighted(lists: dict[str, list[Hit]], weights: dict[str, float]) -> list[Hit
     for hit in merged.values():
         hit.score = sum(weights[name] * scaled[name].get(hit.chunk_id, 0.0) for name in lists)
     return sorted(merged.values(), key=lambda hit: -hit.score)
+
+
+def overlap(first: list[Hit], second: list[Hit], top: int = 10) -> float:
+    """The share of the first ``top`` places of ``first`` whose chunk is also in the first ``top`` of ``second``."""
+    if top <= 0:
+        return 0.0
+    return len({h.chunk_id for h in first[:top]} & {h.chunk_id for h in second[:top]}) / top
+
+
+def bm25_share(vector: list[Hit], bm25: list[Hit], base: float, floor: float, full_at: float = 0.3) -> float:
+    """BM25's share of a min-max fusion for one query: ``base`` when at least ``full_at`` of the two lists' first
+    ten chunks are the same, falling linearly to ``floor`` x ``base`` when they share none.
+
+    Why agreement: min-max scaling maps every list's top hit to 1.0 whatever its confidence, so a BM25 list that
+    matched a question's incidental words ranks its confidently wrong top hits level with the vector list's right
+    ones. When the words point somewhere the meaning does not (no chunk in common), BM25 is heard less; when they
+    agree, it is what breaks the vector list's ties."""
+    trust = min(1.0, overlap(vector, bm25) / full_at) if full_at > 0 else 1.0
+    return base * (floor + (1.0 - floor) * trust)
+
+
+def trusted(lists: dict[str, list[Hit]], vector_weight: float = 0.5, floor: float = 0.2) -> list[Hit]:
+    """Weighted min-max fusion of a ``vector`` and a ``bm25`` list with BM25's share set per query by
+    ``bm25_share`` (base 1 - ``vector_weight``); the shares used are in each hit's ``extra['bm25_share']``."""
+    vector, bm25 = lists.get("vector", []), lists.get("bm25", [])
+    share = bm25_share(vector, bm25, 1.0 - vector_weight, floor)
+    fused = weighted({"vector": vector, "bm25": bm25}, {"vector": 1.0 - share, "bm25": share})
+    for hit in fused:
+        hit.extra["bm25_share"] = round(share, 4)
+    return fused

@@ -50,6 +50,8 @@ def fuse(lists: dict[str, list[Hit]], settings) -> list[Hit]:
     """Hybrid's one ranked list from the vector and BM25 candidates, as ``search.fusion`` says."""
     if settings.fusion == "rrf":
         return fusion.rrf(lists, settings.rrf_k)
+    if settings.fusion == "trusted":
+        return fusion.trusted(lists, settings.vector_weight, settings.bm25_floor)
     return fusion.weighted(lists, {"vector": settings.vector_weight, "bm25": 1 - settings.vector_weight})
 
 

@@ -1,0 +1,62 @@
+"""Min-max fusion with BM25's share set per query by its agreement with the vector list (``fusion.trusted``).
+Expected values are worked out by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from kbflow.search import fusion
+from kbflow.stores.base import Hit
+
+
+def hits(*pairs):
+    return [Hit(chunk_id, "d", "s", [], score, chunk_id) for chunk_id, score in pairs]
+
+
+def ranked(n: int, prefix: str, top: float):
+    return hits(*((f"{prefix}{i}", top - i) for i in range(n)))
+
+
+def test_disjoint_lists_hear_bm25_at_its_floor():
+    """BM25's words point where the meaning does not: its top hit, level with the vector's under plain min-max,
+    falls behind the vector list's first hits."""
+    vector, bm25 = ranked(10, "v", 10.0), ranked(10, "b", 30.0)
+    plain = fusion.weighted({"vector": vector, "bm25": bm25}, {"vector": 0.5, "bm25": 0.5})
+    assert plain[0].score == plain[1].score == pytest.approx(0.5)  # v0 and b0 tie: each list's top scales to 1
+    fused = fusion.trusted({"vector": vector, "bm25": bm25}, vector_weight=0.5, floor=0.2)
+    share = 0.5 * 0.2  # no chunk in common: the floor's share of the base
+    assert fused[0].extra["bm25_share"] == pytest.approx(share)
+    assert fused[0].chunk_id == "v0" and fused[0].score == pytest.approx(1 - share)
+    # v_i scores 0.9 (9 - i) / 9 = 0.1 (9 - i) and b0 0.1: b0 comes after v0..v7 (v8 ties it)
+    order = [h.chunk_id for h in fused]
+    assert order[:8] == [f"v{i}" for i in range(8)] and order.index("b0") in (8, 9)
+
+
+def test_agreeing_lists_fuse_as_plain_min_max():
+    """Three of the first ten in common (full_at = 0.3): the full base share, the same order and scores as
+    weighted min-max at equal weights."""
+    vector = hits(*((c, 10.0 - i) for i, c in enumerate("abcdefghij")))
+    bm25 = hits(*((c, 20.0 - i) for i, c in enumerate("xyzabcuvwq")))
+    assert fusion.overlap(vector, bm25) == pytest.approx(0.3)
+    fused = fusion.trusted({"vector": vector, "bm25": bm25}, vector_weight=0.5, floor=0.2)
+    plain = fusion.weighted({"vector": vector, "bm25": bm25}, {"vector": 0.5, "bm25": 0.5})
+    assert [(h.chunk_id, round(h.score, 9)) for h in fused] == [(h.chunk_id, round(h.score, 9)) for h in plain]
+    assert fused[0].extra["bm25_share"] == 0.5
+
+
+def test_share_falls_linearly_with_agreement():
+    vector = ranked(10, "v", 10.0)
+    one_shared = hits(("v0", 5.0), *((f"b{i}", 4.0 - i) for i in range(9)))
+    # one of ten in common: trust 0.1 / 0.3 = 1/3 -> base x (floor + (1 - floor) / 3)
+    assert fusion.bm25_share(vector, one_shared, 0.5, 0.2) == pytest.approx(0.5 * (0.2 + 0.8 / 3))
+    assert fusion.bm25_share(vector, [], 0.5, 0.2) == pytest.approx(0.1)
+    assert fusion.bm25_share(vector, vector, 0.6, 0.0) == pytest.approx(0.6)
+
+
+def test_search_fusion_trusted_is_what_hybrid_uses():
+    from kbflow.config import SearchConfig
+    from kbflow.search.searcher import fuse
+
+    vector, bm25 = ranked(10, "v", 10.0), ranked(10, "b", 30.0)
+    fused = fuse({"vector": vector, "bm25": bm25}, SearchConfig(fusion="trusted", bm25_floor=0.4))
+    assert fused[0].chunk_id == "v0" and fused[0].extra["bm25_share"] == pytest.approx(0.5 * 0.4)
