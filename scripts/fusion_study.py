@@ -39,12 +39,27 @@ def collect(sets: list[Path], backends: list[str], work: Path, depth: int, max_q
             name = f"{folder.name}--{backend}"
             target = work / f"{name}.json"
             if target.exists():
+                collected = json.loads(target.read_text())
+                if "corpus_sha256" not in collected:  # collected before these were recorded
+                    collected.update(data=name, namespace="eval-" + "".join(
+                        c if c.isalnum() else "-" for c in folder.name)[:40], corpus_sha256=_corpus_sha256(folder))
+                    target.write_text(json.dumps(collected), encoding="utf-8")
+                if "bm25_stem" not in next(iter(collected["queries"].values())):
+                    _add_stemmed(collected, work, load_beir(folder)[1], depth)
+                    target.write_text(json.dumps(collected), encoding="utf-8")
+                    print(f"{name}: stemmed BM25 added", flush=True)
                 print(f"{name}: already collected", flush=True)
                 continue
-            data_dir = work / "data" / name
+            twin = _same_corpus(folder, backend, work)
             config_file = work / f"{name}.yaml"
             config_file.write_text(yaml.safe_dump({"embedder": {"backend": backend}}), encoding="utf-8")
-            result = eval_beir(folder, str(config_file), data_dir, max_queries=max_queries, modes=["vector"])
+            if twin is None:  # an ingest of its own
+                data_dir = work / "data" / name
+                result = eval_beir(folder, str(config_file), data_dir, max_queries=max_queries, modes=["vector"])
+            else:  # the same corpus was ingested for another set: its store, scored with this set's queries
+                data_dir = work / "data" / twin["data"]
+                result = eval_beir(folder, str(config_file), data_dir, namespace=twin["namespace"],
+                                   max_queries=max_queries, modes=["vector"], ingest=False)
             namespace = result["namespace"]
             corpus, queries, qrels = load_beir(folder)
             searcher = Searcher(load_config(config_file, data_dir=data_dir), namespace)
@@ -56,10 +71,53 @@ def collect(sets: list[Path], backends: list[str], work: Path, depth: int, max_q
                 runs[query_id] = {kind: [[hit.chunk_id, hit.doc_id, float(hit.score)] for hit in hits]
                                   for kind, hits in lists.items()}
             doc_ids = _doc_ids_of(searcher, corpus)
-            target.write_text(json.dumps({"set": folder.name, "backend": backend, "model_id": searcher.embedder.model_id,
-                                          "queries": runs, "qrels": {q: qrels[q] for q in runs}, "doc_ids": doc_ids,
-                                          "eval_vector": result["metrics"]}), encoding="utf-8")
+            collected = {"set": folder.name, "backend": backend, "model_id": searcher.embedder.model_id,
+                         "queries": runs, "qrels": {q: qrels[q] for q in runs}, "doc_ids": doc_ids,
+                         "eval_vector": result["metrics"], "data": data_dir.name, "namespace": namespace,
+                         "corpus_sha256": _corpus_sha256(folder)}
+            _add_stemmed(collected, work, queries, depth)
+            target.write_text(json.dumps(collected), encoding="utf-8")
             print(f"{name}: {len(runs)} queries, vector nDCG@10 {result['metrics']['ndcg@10']:.4f}", flush=True)
+
+
+def _corpus_sha256(folder: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256((folder / "corpus.jsonl").read_bytes()).hexdigest()
+
+
+def _same_corpus(folder: Path, backend: str, work: Path) -> dict | None:
+    """An earlier collect of the same corpus with the same backend (its data folder and namespace), or None."""
+    digest = _corpus_sha256(folder)
+    for path in sorted(work.glob(f"*--{backend}.json")):
+        earlier = json.loads(path.read_text())
+        if earlier.get("corpus_sha256") == digest and earlier["set"] != folder.name:
+            return earlier
+    return None
+
+
+def _add_stemmed(collected: dict, work: Path, queries: dict, depth: int) -> None:
+    """Each query's BM25 list from a full-text index over the same stored words with LanceDB's English stemmer
+    and stop words (Chinese words pass through the English stemmer unchanged), saved as ``bm25_stem``."""
+    import lancedb
+
+    from kbflow.search.tokens import words
+    from kbflow.stores.lancedb_store import FTS_COLUMN
+
+    data_dir = work / "data" / collected["data"]
+    db = lancedb.connect(data_dir / "lancedb")
+    store_table = next(name for name in db.table_names()
+                       if FTS_COLUMN in db.open_table(name).schema.names)
+    rows = db.open_table(store_table).to_arrow().select(["chunk_id", "doc_id", FTS_COLUMN])
+    probe = lancedb.connect(work / "stem-probe").create_table(collected["data"], rows, mode="overwrite")
+    probe.create_fts_index(FTS_COLUMN, base_tokenizer="whitespace", lower_case=False, stem=True,
+                           remove_stop_words=True, language="English", ascii_folding=False, with_position=False,
+                           replace=True)
+    for query_id, lists in collected["queries"].items():
+        terms = words(queries[query_id])
+        found = probe.search(" ".join(terms), query_type="fts", fts_columns=FTS_COLUMN).limit(depth).select(
+            ["chunk_id", "doc_id", "_score"]).to_arrow().to_pylist() if terms else []
+        lists["bm25_stem"] = [[row["chunk_id"], row["doc_id"], float(row["_score"])] for row in found]
 
 
 def _doc_ids_of(searcher, corpus: dict) -> dict[str, str]:
@@ -87,9 +145,26 @@ def _z(scores: list[float]) -> list[float]:
     return [(s - mean) / spread for s in scores]
 
 
+def _standout(raw: list[float], top: int = 10) -> float:
+    """How far a list's best score stands out of its next ``top`` - 1, in units of the list's own spread (0 when
+    the list is flat or shorter than 3)."""
+    if len(raw) < 3:
+        return 0.0
+    spread = statistics.pstdev(raw)
+    return (raw[0] - statistics.fmean(raw[1:top])) / spread if spread else 0.0
+
+
+def _overlap(first: list, second: list, top: int = 10) -> float:
+    """Share of the first ``top`` chunks the two lists hold in common."""
+    a, b = {c for c, _d, _s in first[:top]}, {c for c, _d, _s in second[:top]}
+    return len(a & b) / top
+
+
 def fuse(lists: dict[str, list], variant: str, param: float, depth: int) -> list[str]:
-    """Chunk ids in fused order."""
-    vector, bm25 = lists["vector"][:depth], lists["bm25"][:depth]
+    """Chunk ids in fused order. A ``_stem`` suffix on a variant reads the stemmed BM25 list instead."""
+    variant, _, stem = variant.partition("_")
+    vector = lists["vector"][:depth]
+    bm25 = lists["bm25_stem" if stem else "bm25"][:depth]
     if variant == "vector":
         return [c for c, _d, _s in vector]
     if variant == "bm25":
@@ -117,6 +192,20 @@ def fuse(lists: dict[str, list], variant: str, param: float, depth: int) -> list
         for name, hits in (("vector", vector), ("bm25", bm25)):
             for (chunk, _d, _s), value in zip(hits, _min_max([s for _c, _d, s in hits])):
                 scores[chunk] = scores.get(chunk, 0.0) + weights[name] / total * value
+    elif variant in ("agree", "standout", "both"):
+        # min-max at equal base shares, BM25's share scaled per query by its own evidence: "agree" by how many of
+        # its first 10 chunks the vector list also holds, "standout" by how far its top score stands out of its
+        # next nine relative to the vector list's own standout, "both" by the larger of the two; `param` is the
+        # floor BM25's share never drops under (a share of 0.5)
+        overlap = _overlap(vector, bm25)
+        sv, sb = _standout([s for _c, _d, s in vector]), _standout([s for _c, _d, s in bm25])
+        ratio = min(1.0, sb / sv) if sv > 0 else 1.0
+        trust = {"agree": min(1.0, overlap / 0.3), "standout": ratio,
+                 "both": max(min(1.0, overlap / 0.3), ratio)}[variant]
+        share = 0.5 * (param + (1 - param) * trust)
+        for hits, weight in ((vector, 1 - share), (bm25, share)):
+            for (chunk, _d, _s), value in zip(hits, _min_max([s for _c, _d, s in hits])):
+                scores[chunk] = scores.get(chunk, 0.0) + weight * value
     elif variant == "wrrf":  # weighted RRF, k = 60: the vector list counts `param`, BM25 1 - param
         for hits, weight in ((vector, param), (bm25, 1 - param)):
             for rank, (chunk, _d, _s) in enumerate(hits, 1):
@@ -150,40 +239,43 @@ def score(collected: dict, variant: str, param: float, depth: int) -> float:
     return statistics.fmean(values) if values else 0.0
 
 
-VARIANTS = [("vector", 0.0), ("bm25", 0.0)] + [("rrf", k) for k in (10, 30, 60, 100)] + \
-    [("minmax", w / 10) for w in range(1, 10)] + [("zscore", w / 10) for w in range(1, 10)] + \
-    [("wrrf", w / 10) for w in range(1, 10)] + [("adaptive", w / 10) for w in range(1, 10)]
+VARIANTS = [("vector", 0.0), ("bm25", 0.0), ("bm25_stem", 0.0)] + [("rrf", k) for k in (10, 30, 60, 100)] + \
+    [(v, w / 10) for v in ("minmax", "minmax_stem") for w in range(1, 10)] + \
+    [(v, w / 10) for v in ("zscore", "wrrf", "adaptive") for w in range(1, 10)] + \
+    [(v, f) for v in ("agree", "standout", "both", "agree_stem", "standout_stem", "both_stem")
+     for f in (0.0, 0.2, 0.4, 0.6)]
 
 
-def study(work: Path, out: Path, depth: int, previous: Path | None = None) -> dict:
+def study(work: Path, out: Path, depth: int, holdout: list[str] | None = None) -> dict:
+    """Every variant on every collected set; leave-one-set-out over the tuning sets (sets with the same corpus
+    are left out together); the sets named in ``holdout`` take part in no choice and are scored once at the end."""
     collected = {path.stem: json.loads(path.read_text()) for path in sorted(work.glob("*--*.json"))}
     table = {name: {f"{v}:{p:g}": round(score(data, v, p, depth), 4) for v, p in VARIANTS}
              for name, data in collected.items()}
-    if previous:  # sets scored by an earlier study (same variants, same depth) and not collected again here
-        earlier = json.loads(previous.read_text())
-        if earlier["depth"] != depth:
-            raise SystemExit(f"{previous} was scored at depth {earlier['depth']}, this study at {depth}")
-        variants = {f"{v}:{p:g}" for v, p in VARIANTS}
-        if any(set(scores) != variants for scores in earlier["ndcg@10"].values()):
-            raise SystemExit(f"{previous} scored other variants than this study's VARIANTS: collect its sets again")
-        table = {**{n: t for n, t in earlier["ndcg@10"].items() if n not in table}, **table}
     names = sorted(table)
+    held_out = [n for n in names if n.split("--")[0] in (holdout or [])]
+    tuning = [n for n in names if n not in held_out]
+    group = {n: collected[n].get("corpus_sha256", n.split("--")[0]) for n in names}
     fused = [key for key in next(iter(table.values())) if not key.startswith(("vector", "bm25"))]
 
-    def margin(name: str, key: str) -> float:  # fused minus the better of its two inputs
-        return table[name][key] - max(table[name]["vector:0"], table[name]["bm25:0"])
+    def margin(name: str, key: str) -> float:  # fused minus the best of the inputs (vector, BM25, stemmed BM25)
+        return table[name][key] - max(table[name]["vector:0"], table[name]["bm25:0"], table[name]["bm25_stem:0"])
+
+    def choose(among: list[str]) -> str:  # the best worst-case margin, ties by mean nDCG
+        return max(fused, key=lambda key: (round(min(margin(n, key) for n in among), 4),
+                                           statistics.fmean(table[n][key] for n in among)))
 
     loso = {}
-    for held in names:
-        others = [n for n in names if n != held and n.split("--")[0] != held.split("--")[0]]
-        # choose on the others: the best worst-case margin to the better input, ties by mean nDCG
-        chosen = max(fused, key=lambda key: (min(margin(n, key) for n in others),
-                                             statistics.fmean(table[n][key] for n in others)))
+    for held in tuning:
+        others = [n for n in tuning if group[n] != group[held]]
+        chosen = choose(others)
         loso[held] = {"chosen": chosen, "ndcg@10": table[held][chosen], "margin_to_better_input": round(margin(held, chosen), 4),
                       "vector": table[held]["vector:0"], "bm25": table[held]["bm25:0"]}
-    overall = max(fused, key=lambda key: (min(margin(n, key) for n in names), statistics.fmean(table[n][key] for n in names)))
-    result = {"depth": depth, "sets": names, "ndcg@10": table, "leave_one_set_out": loso,
-              "chosen_on_all": overall, "margins_of_chosen": {n: round(margin(n, overall), 4) for n in names}}
+    overall = choose(tuning)
+    worst = {key: round(min(margin(n, key) for n in tuning), 4) for key in fused}
+    result = {"depth": depth, "sets": names, "held_out": held_out, "ndcg@10": table, "leave_one_set_out": loso,
+              "chosen_on_all": overall, "margins_of_chosen": {n: round(margin(n, overall), 4) for n in names},
+              "worst_margin_on_tuning_sets": dict(sorted(worst.items(), key=lambda item: -item[1]))}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2), encoding="utf-8")
     return result
@@ -202,12 +294,13 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--work", type=Path, required=True)
     s.add_argument("--out", type=Path, required=True)
     s.add_argument("--depth", type=int, default=50)
-    s.add_argument("--previous", type=Path, help="an earlier study's JSON: its sets join this one's table")
+    s.add_argument("--holdout", action="append", default=[],
+                   help="a set (its name) that takes part in no choice, scored only with what the others chose")
     args = parser.parse_args(argv)
     if args.command == "collect":
         collect(args.beir, args.backend, args.work, args.depth, args.max_queries)
     else:
-        result = study(args.work, args.out, args.depth, args.previous)
+        result = study(args.work, args.out, args.depth, args.holdout)
         print(json.dumps({k: result[k] for k in ("leave_one_set_out", "chosen_on_all", "margins_of_chosen")}, indent=2))
     return 0
 
