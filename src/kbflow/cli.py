@@ -496,8 +496,11 @@ def bench_overhead(
 
 @bench_app.command("search")
 def bench_search(
-    corpus: Path = typer.Option(..., "--corpus",
-                                help="Folder or tarball whose chunks are the texts."),
+    corpus: Optional[Path] = typer.Option(None, "--corpus",
+                                          help="Folder or tarball whose chunks are the texts."),
+    sample: Optional[Path] = typer.Option(None, "--sample", help="Instead of --corpus: ingest this folder once and "
+                                          "time warm KnowledgeBase.search per mode, query embedding included, with "
+                                          "the parts of a hybrid search (kbflow.bench.warm_search)."),
     sizes: list[int] = typer.Option([10_000, 100_000], "--size", help="Table sizes in chunks (repeatable)."),
     stores: list[str] = typer.Option(["lancedb", "qdrant"], "--store", help="lancedb and/or qdrant (repeatable)."),
     real_vectors: int = typer.Option(2000, "--real-vectors", help="Chunks embedded by the real model; the rest of "
@@ -509,8 +512,22 @@ def bench_search(
     config: Optional[Path] = ConfigOpt,
     as_json: bool = JsonOpt,
 ) -> None:
-    """Index build time, latency p50/p95/p99 and QPS per mode and store, ANN recall@10 vs exact, per table size."""
+    """Index build time, latency p50/p95/p99 and QPS per mode and store, ANN recall@10 vs exact, per table size;
+    with --sample, what one warm search costs through KnowledgeBase and where the time goes."""
     from kbflow.bench.search import bench_search as run_bench
+
+    if sample is not None:
+        from kbflow.bench.warm_search import bench_warm
+
+        def show_warm(result: dict) -> None:
+            out.print(", ".join(f"{mode} p50 {m['p50_ms']} ms p95 {m['p95_ms']} ms" for mode, m in result["modes"].items()))
+            out.print("hybrid parts (p50): " + ", ".join(f"{part} {m['p50_ms']} ms"
+                                                         for part, m in result["hybrid_parts"].items()))
+
+        _run_bench(lambda: bench_warm(sample, out_file, work_dir, config), as_json, show_warm, out_file)
+        return
+    if corpus is None:
+        raise typer.BadParameter("give --corpus (store benchmark) or --sample (warm search)", param_hint="--corpus")
 
     def show(result: dict) -> None:
         for run in result["runs"]:
