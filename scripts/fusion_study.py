@@ -268,6 +268,8 @@ def study(work: Path, out: Path, depth: int, holdout: list[str] | None = None) -
     loso = {}
     for held in tuning:
         others = [n for n in tuning if group[n] != group[held]]
+        if not others:
+            continue
         chosen = choose(others)
         loso[held] = {"chosen": chosen, "ndcg@10": table[held][chosen], "margin_to_better_input": round(margin(held, chosen), 4),
                       "vector": table[held]["vector:0"], "bm25": table[held]["bm25:0"]}
