@@ -157,7 +157,8 @@ def test_ocr_reads_simplified_chinese():
 
 
 def test_pdf_lines_become_headings_by_size_and_a_root_prompt_stays_text():
-    from kbflow.convert.formats.pdf import Line, drop_running_lines, lines_to_markdown
+    from kbflow.convert.formats.pdf import Line, lines_to_markdown
+    from kbflow.convert.furniture import drop_running_lines
 
     def page(number: int, topic: str) -> list[Line]:
         return [Line(f"Manual {number} / 9", 800, 810, 10.0), Line(f"1.{number} {topic}", 760, 772, 14.0),

@@ -27,7 +27,6 @@ the run's store and manifest writes.
 from __future__ import annotations
 
 import fnmatch
-import gzip
 import hashlib
 import json
 import posixpath

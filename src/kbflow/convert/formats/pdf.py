@@ -13,7 +13,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from kbflow.convert.furniture import drop_furniture, drop_running_lines  # noqa: F401 (drop_running_lines: tests)
+from kbflow.convert.furniture import drop_furniture
 from kbflow.errors import ConversionError
 
 PDF_VERSION = "2"  # 2: tables of contents, back-of-book indexes and bare page numbers dropped (part of the
