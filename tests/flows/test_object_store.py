@@ -12,7 +12,8 @@ import pytest
 from kbflow import api
 from kbflow.config import load_config
 from kbflow.errors import ConfigError
-from kbflow.mcp_server import Tools
+from kbflow.mcp_server import Tools, inline_limit
+from kbflow.trust import SourcePolicy
 from kbflow.prune import prune
 from kbflow.stores.lancedb_store import LanceStore
 from tests.flows.conftest import DIM
@@ -223,7 +224,8 @@ def test_an_agent_adds_a_document_to_a_knowledge_base_in_a_bucket_and_qdrant_loc
     files under the data dir and cannot use a bucket: that is refused with the fix, before anything is written."""
     client, bucket = s3
     data = f"s3://{bucket}/kb"
-    tools = Tools(load_config(data_dir=data), namespaces=[], read_only=False)
+    config = load_config(data_dir=data)
+    tools = Tools(config, namespaces=[], read_only=False, policy=SourcePolicy(), inline_bytes=inline_limit(config))
     monkeypatch.chdir(tmp_path)
     added = tools.add_document(path=None, filename="coffee.md", content="# Coffee\n\nBrew at 93 C for two minutes.\n")
     assert added["documents"]["new"] == 1 and added["documents"]["failed"] == 0
