@@ -135,10 +135,10 @@ def test_stdio_without_roots_refuses_paths_but_takes_inline_content(layout, tmp_
 
 
 class _Server:
-    def __init__(self, args: list[str], env: dict):
+    def __init__(self, args: list[str], env: dict, bind: str = "127.0.0.1"):
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
-        self.process = subprocess.Popen([KBFLOW, "mcp", *args, "--http", f"127.0.0.1:{self.port}"], env=env,
+        self.process = subprocess.Popen([KBFLOW, "mcp", *args, "--http", f"{bind}:{self.port}"], env=env,
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         deadline = time.monotonic() + 120
         while True:
@@ -240,21 +240,11 @@ def test_a_public_bind_without_a_token_refuses_to_start(layout):
 
 def test_host_and_origin_are_checked_on_a_non_loopback_bind_too(layout):
     _, _, config = layout
-    port = _free_port()
     token = "t" * 32
-    process = subprocess.Popen([KBFLOW, "mcp", "--config", str(config), "--http", f"0.0.0.0:{port}",
-                                "--allowed-host", "kb.team.example"], env=_env(KBFLOW_MCP_TOKEN=token),
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}/mcp"
+    server = _Server(["--config", str(config), "--allowed-host", "kb.team.example"], _env(KBFLOW_MCP_TOKEN=token),
+                     bind="0.0.0.0")
+    url = server.url
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                httpx.get(f"http://127.0.0.1:{port}/", timeout=1)
-                break
-            except httpx.TransportError:
-                assert process.poll() is None and time.monotonic() < deadline, process.stdout.read()
-                time.sleep(0.3)
         auth = {**JSON_HEADERS, "Authorization": f"Bearer {token}"}
         body = json.dumps(INIT)
         assert httpx.post(url, headers={**auth, "Host": "kb.team.example:8765"}, content=body).status_code == 200
@@ -265,6 +255,5 @@ def test_host_and_origin_are_checked_on_a_non_loopback_bind_too(layout):
         assert httpx.post(url, headers={**auth, "Host": "kb.team.example", "Origin": "https://kb.team.example"},
                           content=body).status_code == 200
     finally:
-        process.terminate()
-        process.wait(timeout=30)
+        server.stop()
     assert Path(config).exists()
