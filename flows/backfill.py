@@ -10,7 +10,7 @@ from __future__ import annotations
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
-from prefect.futures import as_completed
+from prefect.futures import PrefectFuture, as_completed
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from kbflow.flows.ingest import ingest
@@ -35,7 +35,7 @@ def ingest_namespace(namespace: str, sources: list[str], config: KbConfig, force
 
 # threads only carry waiting subflows; request.concurrency (≤ 32) bounds how many run
 @flow(name="kbflow-backfill", log_prints=True, validate_parameters=True,
-      task_runner=ThreadPoolTaskRunner(max_workers=32))
+      task_runner=ThreadPoolTaskRunner(max_workers=32))  # type: ignore[arg-type]  # Prefect types its decorator against its own runner
 def backfill(request: BackfillRequest = BackfillRequest()) -> dict:
     """Ingest the requested namespaces; returns {namespace: outcome}."""
     logger = get_run_logger()
@@ -43,23 +43,23 @@ def backfill(request: BackfillRequest = BackfillRequest()) -> dict:
     config = load_served_config(request.config)  # only configs in the configs folder
     targets = backfill_targets(config, request.namespaces)
     outcomes: dict[str, dict] = {}
-    todo = []
+    todo: list[tuple[str, list[str], list[str]]] = []
     for schedule in targets:
         # every namespace's sources checked against deploy.source_roots before any is read (kbflow.trust); a
         # namespace refused here fails alone, the others go on
         try:
-            sources, roots = check_served_sources(config, sources_of(config, schedule))
+            sources, allowed = check_served_sources(config, sources_of(config, schedule))
         except KbflowError as exc:
             outcomes[schedule.namespace] = {"status": "failed", "detail": f"{type(exc).__name__}: {exc}"}
             continue
         if request.changed_since and not changed_since(sources, request.changed_since):
             outcomes[schedule.namespace] = {"status": "skipped", "detail": f"nothing modified since {request.changed_since}"}
         else:
-            todo.append((schedule.namespace, sources, list(roots)))
+            todo.append((schedule.namespace, sources, list(allowed)))
     concurrency = request.concurrency or config.deploy.backfill_concurrency
     logger.info("backfill of %d namespaces (%d skipped as unchanged), %d at a time", len(todo),
                 len(outcomes), concurrency)
-    running = {}
+    running: dict[PrefectFuture[dict], str] = {}
     while todo or running:
         while todo and len(running) < concurrency:
             namespace, sources, roots = todo.pop(0)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import yaml
+from prefect import Flow
 from prefect.schedules import Cron
 from prefect.utilities.callables import ParameterSchema
 
@@ -25,7 +26,7 @@ ENTRYPOINTS = {"kbflow-ingest-request": "flows/ingest_request.py:ingest_request"
 
 @dataclass
 class DeploymentSpec:
-    flow: object
+    flow: Flow
     name: str
     description: str
     tags: list[str]

@@ -44,7 +44,7 @@ def run_ingest(config: KbConfig, job: IngestJob) -> dict:
 
 
 @flow(name="kbflow-ingest", log_prints=True, validate_parameters=True,
-      task_runner=ThreadPoolTaskRunner(max_workers=MAX_WORKERS))
+      task_runner=ThreadPoolTaskRunner(max_workers=MAX_WORKERS))  # type: ignore[arg-type]  # Prefect types its decorator against its own runner
 def ingest(
     sources: list[str] | None = None,
     namespace: str | None = None,

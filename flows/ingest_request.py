@@ -23,7 +23,7 @@ class DocumentsFailed(PermanentError):
 
 
 @flow(name="kbflow-ingest-request", log_prints=True, validate_parameters=True,
-      task_runner=ThreadPoolTaskRunner(max_workers=MAX_WORKERS))
+      task_runner=ThreadPoolTaskRunner(max_workers=MAX_WORKERS))  # type: ignore[arg-type]  # Prefect types its decorator against its own runner
 def ingest_request(request: IngestRequest = IngestRequest()) -> dict:
     """Ingest one namespace as the request says; returns the run summary."""
     request = completed_from_deployment(request)

@@ -32,7 +32,8 @@ def _form(title: str) -> object:
     return Field(json_schema_extra={"title": title})
 
 
-@flow(name="kbflow-reembed", log_prints=True, validate_parameters=True, task_runner=ThreadPoolTaskRunner(max_workers=8))
+@flow(name="kbflow-reembed", log_prints=True, validate_parameters=True,
+      task_runner=ThreadPoolTaskRunner(max_workers=8))  # type: ignore[arg-type]  # Prefect types its decorator against its own runner
 def reembed(namespace: Annotated[Namespace, _form("Namespace")],
             model: Annotated[EmbedderModel, _form("Model")],
             config_path: Annotated[str | SkipJsonSchema[None], _form("Config")] = "",

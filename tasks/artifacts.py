@@ -73,7 +73,7 @@ class _ToRunLogger(logging.Handler):
         self.round_thread = round_thread_prefix(self.owner)  # the run's embedding rounds log from there
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record.thread == self.owner or record.threadName.startswith(self.round_thread + "_"):
+        if record.thread == self.owner or (record.threadName or "").startswith(self.round_thread + "_"):
             self.run_logger.log(record.levelno, record.getMessage())
 
 

@@ -25,6 +25,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from uuid import UUID
 
 from pydantic import BaseModel
 
@@ -92,7 +93,7 @@ def _renew_until(stop: threading.Event, lease_id: str) -> None:
     with get_client(sync_client=True) as client:
         while not stop.wait(LEASE_S / 3):
             try:
-                client.renew_concurrency_lease(lease_id, lease_duration=LEASE_S)
+                client.renew_concurrency_lease(UUID(lease_id), lease_duration=LEASE_S)
             except Exception as exc:  # a blip: the next renewal, well inside the lease, tries again; said, not hidden
                 logging.getLogger("kbflow.engine").warning(
                     "could not renew the namespace's queue slot (lease %s): %s; if this goes on past %g s another "
@@ -123,7 +124,7 @@ def one_run_per_namespace(data_dir: str | Path, namespace: str):
             record.unlink()
         try:
             with get_client(sync_client=True) as client:
-                client.release_concurrency_slots_with_lease(lease_id)
+                client.release_concurrency_slots_with_lease(UUID(lease_id))
         except Exception as exc:  # noqa: BLE001 - never hide the run's own outcome behind a failed release
             logging.getLogger("kbflow.engine").warning(
                 "could not release namespace %s's run slot %s (%s: %s); its lease runs out within %.0f s and the "

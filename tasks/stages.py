@@ -10,21 +10,25 @@ from __future__ import annotations
 
 import hashlib
 import time
-from concurrent.futures import Future
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
-from prefect import task
+from prefect import Task, task
 from prefect.cache_policies import NO_CACHE
-from prefect.filesystems import LocalFileSystem
+from prefect.filesystems import LocalFileSystem, RemoteFileSystem
 from prefect.runtime import task_run as current_task_run
 
 from kbflow.config import KbConfig
 from kbflow.engine import stages
+from kbflow.engine.runner import Pending, StageCall
 from kbflow.retry import RetryPolicy
 from kbflow.storage import is_remote, location
+
+
+R = TypeVar("R")
 
 
 def _given_key(_context, parameters: dict) -> str | None:
@@ -91,8 +95,11 @@ def index_task(store, label: str, cache_key: str | None = None) -> dict:
     return _counted(lambda: stages.index(store))
 
 
-TASKS = {"convert": convert_task, "split": split_task, "chunk": chunk_task, "graph": graph_task, "embed": embed_task,
-         "upsert": upsert_task, "delete": delete_task, "index": index_task}
+# each stage function of the engine and the task that runs it
+TASKS: dict[Callable[..., Any], Task] = {
+    stages.convert: convert_task, stages.split: split_task, stages.chunk: chunk_task, stages.graph: graph_task,
+    stages.embed: embed_task, stages.upsert: upsert_task, stages.delete: delete_task, stages.index: index_task}
+CACHED = (stages.split, stages.chunk)  # pure stages whose results are kept under the engine's content keys
 
 
 def retry_condition(policy: RetryPolicy):
@@ -128,9 +135,8 @@ def result_storage(data_dir: str | Path):
     """Cached task results under the data dir (pruned by kbflow), as a saved block, which Prefect requires: a local
     folder, or the data dir's object-storage prefix through fsspec (``RemoteFileSystem``)."""
     results = location(data_dir) / "prefect" / "results"
+    block: LocalFileSystem | RemoteFileSystem
     if is_remote(results):
-        from prefect.filesystems import RemoteFileSystem
-
         basepath = str(results)
         block = RemoteFileSystem(basepath=basepath)
     else:
@@ -147,18 +153,18 @@ class PrefectRunner:
         policies = stages.policies(config)
         cached = dict(result_storage=result_storage(config.data_dir), refresh_cache=True if force else None,
                       cache_expiration=timedelta(days=config.flow.cache_days))  # pruned at the same age
-        self.tasks = {}
-        for name, prefect_task in TASKS.items():
-            options = task_options(policies[name])
-            if name in ("split", "chunk"):
+        self.tasks: dict[Callable[..., Any], Task] = {}
+        for stage, prefect_task in TASKS.items():
+            options = task_options(policies[stage])
+            if stage in CACHED:
                 options.update(cached)
-            self.tasks[name] = prefect_task.with_options(**options)
+            self.tasks[stage] = prefect_task.with_options(**options)
 
-    def submit(self, stage: str, *args: Any, label: str, cache_key: str | None = None) -> Future:
-        return self.tasks[stage].submit(*args, label=label, cache_key=cache_key)
+    def submit(self, work: StageCall[R], *, label: str, cache_key: str | None = None) -> Pending[R]:
+        return self.tasks[work.stage].submit(*work.args, **work.kwargs, label=label, cache_key=cache_key)
 
-    def run(self, stage: str, *args: Any, label: str, cache_key: str | None = None) -> Any:
-        return self.tasks[stage](*args, label=label, cache_key=cache_key)
+    def run(self, work: StageCall[R], *, label: str, cache_key: str | None = None) -> R:
+        return self.tasks[work.stage](*work.args, **work.kwargs, label=label, cache_key=cache_key)
 
     def close(self) -> None:
         pass

@@ -428,12 +428,12 @@ def test_the_next_batch_is_chunked_while_the_last_ones_are_embedded(docs_dir, tm
     for the chunk stage to start on a later batch, which happens only if the round runs in the background."""
     import threading
 
-    from kbflow.engine import stages
+    from kbflow.engine import rows
 
     monkeypatch.setenv("KBFLOW__FLOW__DOC_BATCH", "1")
     monkeypatch.setenv("KBFLOW__FLOW__EMBED_GATHER_DOCS", "1")  # every batch starts a round
     chunked, next_chunking = [], threading.Event()
-    original = stages.chunk
+    original = rows.chunk_documents
 
     def chunk(*args, **kwargs):
         chunked.append(len(chunked))
@@ -441,8 +441,7 @@ def test_the_next_batch_is_chunked_while_the_last_ones_are_embedded(docs_dir, tm
             next_chunking.set()
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(stages, "chunk", chunk)  # the Prefect task looks it up here
-    monkeypatch.setitem(stages.STAGES, "chunk", chunk)  # the direct runner here
+    monkeypatch.setattr(rows, "chunk_documents", chunk)  # what the chunk stage calls, under either runner
     overlapped = []
     counting.fail_when = lambda texts: overlapped.append(next_chunking.wait(timeout=15)) or None
     summary = run(docs_dir, tmp_path / "data")

@@ -66,7 +66,7 @@ def bad_rows(bad_dir):
 
 
 def test_each_bad_file_is_one_failure_row_with_a_message_naming_the_fix(bad_rows):
-    failures = {row["source_path"]: row for row in conversion_failures(bad_rows)}
+    failures = {failure.source_path: failure.to_dict() for failure in conversion_failures(bad_rows)}
     assert sorted(failures) == sorted(EXPECTED_FAILURES)
     for path, words in EXPECTED_FAILURES.items():
         row = failures[path]

@@ -7,7 +7,7 @@ import pyarrow as pa
 
 from kbflow import report
 from kbflow.chunk.chunker import chunk_document
-from kbflow.chunk.quality import add_to_summary, document_quality, punctuation_only, quality_report, warnings_for
+from kbflow.chunk.quality import add_batch, document_quality, punctuation_only, quality_report, warnings_for
 from kbflow.chunk.split import split_markdown
 from kbflow.chunk.tokens import EstimateTokenCounter
 
@@ -51,9 +51,9 @@ def test_a_runs_summary_adds_up_its_batches_and_its_artifact_rows_carry_the_warn
         return chunks, pa.table({"doc_id": [doc_id], "source_path": [f"{doc_id}.pdf"]})
 
     summary = {"namespace": "ns", "documents": {}, "chunks": {}, "store": {"count": 0}}
-    add_to_summary(summary, *batch("b", ["…", "Text"]), chunk_tokens=100)
-    add_to_summary(summary, *batch("a", ["Words here", "More words"]), chunk_tokens=100)
-    quality = summary["chunk_quality"]
+    quality = add_batch(None, *batch("b", ["…", "Text"]), chunk_tokens=100)
+    quality = add_batch(quality, *batch("a", ["Words here", "More words"]), chunk_tokens=100)
+    summary["chunk_quality"] = quality
     assert (quality["documents"], quality["chunks"], quality["punctuation_only"]) == (2, 4, 1)
     assert quality["warnings"] == ["b.pdf: 1 of 2 chunks hold only punctuation (a table of contents or a line of "
                                    "dots the converter kept?)"]

@@ -97,11 +97,12 @@ def table_documents(chunks, sources: dict[str, str]):
                [columns["n_tokens"][i] for i in indices], [columns["heading_path"][i] or [] for i in indices])
 
 
-def add_to_summary(summary: dict, chunks, documents, chunk_tokens: int) -> None:
-    """Add a batch's chunks to a run summary's ``chunk_quality`` (totals and warnings; no per-document figures)."""
+def add_batch(report: dict | None, chunks, documents, chunk_tokens: int) -> dict:
+    """A run's ``chunk_quality`` (totals and warnings; no per-document figures) with a batch's chunks added:
+    ``report`` is what the earlier batches made (None before the first)."""
     sources = dict(zip(documents.column("doc_id").to_pylist(), documents.column("source_path").to_pylist()))
     batch = quality_report(table_documents(chunks, sources), chunk_tokens)
-    report = summary.setdefault("chunk_quality", {"documents": 0, **DocumentQuality().figures(), "warnings": []})
+    report = report or {"documents": 0, **DocumentQuality().figures(), "warnings": []}
     total = DocumentQuality(**{name: report[name] + batch[name] for name in asdict(DocumentQuality())})
-    report.update(documents=report["documents"] + batch["documents"], **total.figures(),
-                  warnings=report["warnings"] + batch["warnings"])
+    return {**report, "documents": report["documents"] + batch["documents"], **total.figures(),
+            "warnings": report["warnings"] + batch["warnings"]}

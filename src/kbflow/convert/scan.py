@@ -11,7 +11,7 @@ import os
 import posixpath
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable, Sequence
 
 from kbflow.convert.archive import MEMBER_SEP, ZIP_SUFFIXES, ArchiveLimits, member_escapes, open_archive, read_member
 from kbflow.convert.objects import is_url, list_objects, modified, sha256_object, sha256_stream, url_of
@@ -154,7 +154,7 @@ def archive_members(path: Path | str, source_path: str, namespace: str, limits: 
     return found
 
 
-def scan(sources: list[str | Path], namespace: str, include: list[str], exclude: list[str],
+def scan(sources: Sequence[str | Path], namespace: str, include: list[str], exclude: list[str],
          archive_limits: ArchiveLimits | None = None,
          unreadable_folders: list[UnreadableFolder] | None = None,
          confine: Callable[[Path], bool] | None = None) -> list[SourceFile]:

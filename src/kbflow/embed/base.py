@@ -24,6 +24,9 @@ class Embedder(Protocol):
 
     def token_counter(self) -> TokenCounter: ...
 
+    def check_access(self) -> None:
+        """Raise a ``KbflowError`` naming the fix if the backend cannot be used (a refused key, a wrong model)."""
+
     def embed_documents(self, texts: list[str]) -> np.ndarray:
         """(len(texts), dimension) float32 rows, L2-normalised, with the passage prefix applied."""
 

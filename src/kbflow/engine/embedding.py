@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
 from kbflow.embed.base import Embedder
-from kbflow.engine.runner import StageRunner
+from kbflow.engine import stages
+from kbflow.engine.runner import StageRunner, call
 from kbflow.errors import AuthError
 from kbflow.failpoints import failpoint
 from kbflow.stores.vector_cache import VectorCache
@@ -62,7 +63,7 @@ def embed_with_cache(keys: list[str], texts: list[str], embedder: Embedder, cach
     def submit(index: int):
         part = parts[index]
         first = index * task_batch
-        return runner.submit("embed", [key for key, _ in part], [text for _, text in part], embedder, cache,
+        return runner.submit(call(stages.embed, [key for key, _ in part], [text for _, text in part], embedder, cache),
                              label=f"{label} {first}-{first + len(part) - 1}")
 
     in_flight = {index: submit(index) for index in range(min(max_in_flight, len(parts)))}
@@ -71,6 +72,7 @@ def embed_with_cache(keys: list[str], texts: list[str], embedder: Embedder, cach
         part_keys = [key for key, _ in part]
         future = in_flight.pop(index, None)
         if future is None:  # the key was refused by an earlier part: the provider would refuse this one too
+            assert outcome.auth_refused is not None  # the only reason a part is not submitted
             outcome.failures.append(EmbedFailure(part_keys, outcome.auth_refused, 0))
             continue
         try:

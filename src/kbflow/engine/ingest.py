@@ -23,10 +23,12 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Sequence, Set
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -34,7 +36,7 @@ import pyarrow.compute as pc
 from kbflow import memory, progress
 from kbflow.chunk.chunker import chunker_fingerprint
 from kbflow.chunk.plans import PlanCache
-from kbflow.chunk.quality import add_to_summary as add_chunk_quality
+from kbflow.chunk.quality import add_batch as add_chunk_quality
 from kbflow.config import KbConfig, check_namespace
 from kbflow.convert.archive import ArchiveLimits
 from kbflow.convert.converters import converter_fingerprint, run_conversion_pool, text_documents, text_sources
@@ -43,13 +45,15 @@ from kbflow.convert.web import WebScan, is_web, scan_web
 from kbflow.convert.web import save_state as save_web_state
 from kbflow.convert.secrets import SecretFound
 from kbflow.embed import get_embedder
+from kbflow.embed.base import Embedder
 from kbflow.embed.choice import for_namespace
 from kbflow.engine import stages
 from kbflow.engine.embedding import embed_with_cache
 from kbflow.engine.plan import Fingerprints, Plan, check_deletion_guard, make_plan
 from kbflow.engine.rows import (chunks_of, conversion_failures, embed_inputs, failure_rows, manifest_rows,
                                 ready_documents, resolve_chunk_tokens, store_rows)
-from kbflow.engine.runner import DirectRunner, StageRunner
+from kbflow.engine.runner import DirectRunner, Pending, StageRunner, call
+from kbflow.engine.summary import ChunkCounts, DocumentCounts, Failure, GraphCounts, RunSummary
 from kbflow.engine.store_check import readable_cache, trusted_manifest
 from kbflow.errors import ConfigError, KbflowError
 from kbflow.failpoints import failpoint
@@ -64,6 +68,7 @@ from kbflow.state.manifest import NamespaceState
 from kbflow.state.snapshots import clean_temporaries, write_table
 from kbflow.storage import location
 from kbflow.stores import open_store
+from kbflow.stores.base import Store
 from kbflow.stores.errors import store_errors
 from kbflow.trust import SourcePolicy
 from kbflow.stores.factory import store_uri
@@ -71,6 +76,13 @@ from kbflow.stores.vector_cache import VectorCache
 
 log = logging.getLogger("kbflow.engine")
 STAGE_NAMES = ("scan", "convert", "split", "chunk", "embed", "upsert")  # and "graph" when the graph stage is on
+
+
+class HeldLock(Protocol):
+    """The namespace's lock while a run holds it (a lock file, or a lease on object storage)."""
+
+    def check(self) -> None:
+        """Raise if the lock was lost (a lease that lapsed): the run must not write."""
 
 
 @dataclass
@@ -100,23 +112,32 @@ class Run:
     run_id: str
     run_dir: Path
     state: NamespaceState
-    embedder: object
+    embedder: Embedder
     fingerprints: Fingerprints
     chunk_tokens: int
     force: bool
     runner: StageRunner
-    summary: dict
-    failures: list[dict] = field(default_factory=list)
+    summary: RunSummary  # filled as the run goes; its failures are the run's failures.parquet
     seconds: dict[str, float] = field(default_factory=lambda: {stage: 0.0 for stage in STAGE_NAMES})
-    store: object = None
+    store: Store | None = None  # opened under the namespace lock; None in a dry run
     cache: VectorCache | None = None
-    lock: object = None  # the namespace's lock: checked before each store write (a lease on object storage can lapse)
+    lock: HeldLock | None = None  # checked before each store write (a lease on object storage can lapse)
     graph: GraphStore | None = None  # the namespace's graph edges: written when the graph stage is on, or to empty
     # them when it was turned off
-    extractor: object = None  # graph.llm_extract: the chat model extracting entities and relations
+    extractor: LlmExtractor | None = None  # graph.llm_extract: the chat model extracting entities and relations
     auth_refused: BaseException | None = None
     embedding_counts_at_start: dict[str, int] = field(default_factory=dict)
     web: WebScan | None = None  # what the web sources listed (kbflow.convert.web); its validators saved at the end
+
+    @property
+    def failures(self) -> list[Failure]:
+        return self.summary.failures
+
+    def writing(self) -> tuple[Store, VectorCache, HeldLock]:
+        """The store, vector cache and lock of a run that writes (opened under the lock before any stage runs)."""
+        if self.store is None or self.cache is None or self.lock is None:
+            raise RuntimeError("kbflow: a write stage ran before the run opened its store")  # a bug, not a user error
+        return self.store, self.cache, self.lock
 
     def timed(self, stage: str, started: float, done: int | None = None, total: int = 0) -> None:
         """Charge the time since ``started`` to ``stage``; with ``done``, also report the stage's progress."""
@@ -159,19 +180,15 @@ def _ingest(config: KbConfig, job: IngestJob, runner: StageRunner, run_id: str) 
                                   config.chunking.heading_prefix)
     run = Run(config, namespace, run_id, data_dir / "runs" / namespace / run_id, state, embedder,
               Fingerprints(converter_fingerprint(config.convert), chunker, embedder.model_id,
-                           extractor_fingerprint(config.graph.enabled, config.graph.llm_extract
-                                                 and extractor_name(config.search.llm))), chunk_tokens,
-              job.force, runner,
-              summary={"namespace": namespace, "run_id": run_id, "dry_run": job.dry_run, "model_id": embedder.model_id,
-                       "documents": {"new": 0, "changed": 0, "unchanged": 0, "removed": 0, "failed": 0},
-                       "chunks": {"total": 0, "embedded": 0, "reused": 0, "written": 0, "deleted": 0},
-                       "store": {"count": 0, "indexes": {}}, "failures": []})
+                           extractor_fingerprint(config.graph.enabled, extractor_name(config.search.llm)
+                                                 if config.graph.llm_extract else None)), chunk_tokens,
+              job.force, runner, RunSummary(namespace, run_id, job.dry_run, embedder.model_id))
     run.embedding_counts_at_start = _embedding_counts(embedder)
     if job.dry_run:
         plan = _plan(run, sources, texts, job.add_only, job.roots)
-        run.summary["plan"] = plan.table().to_pylist()
+        run.summary.plan = plan.table().to_pylist()
         if state.meta() is not None:  # what the namespace holds now; nothing is created by a dry run
-            run.summary["store"]["count"] = open_store(config, state.store_namespace(), embedder.dimension).count()
+            run.summary.store.count = open_store(config, state.store_namespace(), embedder.dimension).count()
         return _finish(run, wall_started)
 
     # a data dir that cannot be written (permissions, read-only or full disk) is one clear error, naming the path
@@ -192,16 +209,17 @@ def _ingest(config: KbConfig, job: IngestJob, runner: StageRunner, run_id: str) 
         run.cache.ensure_table()  # before any stage runs: concurrent embed calls only ever append to it
         healed_cache = readable_cache(run.cache) if plan.todo else None
         if healed_cache:
-            run.summary.setdefault("healed", []).append(healed_cache)
+            run.summary.healed.append(healed_cache)
         graph = GraphStore(store_uri(config), namespace)
-        if config.graph.enabled or graph.exists():
-            run.graph = graph
-            run.summary["graph"] = {"edges_extracted": 0, "edges_written": 0}
-        if config.graph.enabled and config.graph.llm_extract:  # no chat model configured: the run ends here, clearly
+        run_graph = GraphCounts() if config.graph.enabled or graph.exists() else None
+        if run_graph is not None:
+            run.graph, run.summary.graph = graph, run_graph
+        if run_graph is not None and config.graph.enabled and config.graph.llm_extract:  # no chat model configured:
+            # the run ends here, clearly
             run.extractor = LlmExtractor(open_chat(config.search.llm), FactCache(
                 store_uri(config), extractor_name(config.search.llm)), config.graph.llm_max_tokens,
                 1 if config.search.llm.kind == "local" else config.graph.llm_workers)
-            run.summary["graph"]["llm_calls"] = 0
+            run_graph.llm_calls = 0
         if plan.todo:
             _check_embedder(run)
         progress.report("documents", 0, len(plan.todo))
@@ -213,15 +231,15 @@ def _ingest(config: KbConfig, job: IngestJob, runner: StageRunner, run_id: str) 
         _refresh_indexes(run)
         failpoint("run.finishing")
         write_table(failure_rows(run.failures), run.run_dir / "failures.parquet")
-        run.summary["store"]["count"] = run.store.count()
-        if run.graph is not None:
-            run.summary["graph"]["edges"] = run.graph.counts()
+        run.summary.store.count = run.store.count()
+        if run.graph is not None and run.summary.graph is not None:
+            run.summary.graph.edges = run.graph.counts()
         summary = _finish(run, wall_started)
-        state.record_run({key: value for key, value in summary.items() if key != "failures"})
+        state.record_run(run.summary.record())
         housekeeping.prune_runs(data_dir / "runs" / namespace, config.flow.keep_runs)
         housekeeping.prune_results(data_dir / "prefect" / "results", config.flow.cache_days)
     for failure in run.failures:
-        log.warning("failed: %s %s: %s", failure["stage"], failure.get("source_path") or "", failure["message"])
+        log.warning("failed: %s %s: %s", failure.stage, failure.source_path or "", failure.message)
     return summary
 
 
@@ -239,30 +257,30 @@ def _plan(run: Run, sources: list[str] | None, texts: list[dict], add_only: bool
     web_sources = [source for source in sources or [] if is_web(source)]
     if web_sources:  # pages requested with the validators of their saved bodies (kbflow.convert.web)
         run.web = scan_web(web_sources, run.namespace, config.web, _web_folder(run), run.force,
-                           save=not run.summary["dry_run"])
+                           save=not run.summary.dry_run)
         scanned, unreadable = scanned + run.web.sources, unreadable + run.web.unreadable
-        run.summary["web"] = dict(run.web.counts)
+        run.summary.web = dict(run.web.counts)
     if manifest.num_rows:  # "unchanged" is trusted only for what the store holds (kbflow.engine.store_check)
         store = run.store or open_store(config, run.state.store_namespace(), run.embedder.dimension)
         manifest, rewrite = trusted_manifest(store, run.namespace, manifest)
         if rewrite:
-            run.summary.setdefault("healed", []).append(
+            run.summary.healed.append(
                 f"{len(rewrite)} documents listed in the manifest are missing from the store or differ; written again")
     files = make_plan(scanned, manifest, run.fingerprints, force=run.force,
                       track_removals=bool(sources) and not add_only, unreadable_folders=unreadable)
     stored_paths = manifest.column("source_path").to_pylist()
     for folder in unreadable:  # out of sight is not deleted: its stored documents stay as they are
         kept = sum(1 for path in stored_paths if folder.holds(path))
-        run.failures.append({"stage": "scan", "source_path": folder.source_path, "error_type": "UnreadableFolder",
-                             "message": f"{folder.source_path}: cannot list this folder ({folder.reason}); its "
-                                        f"{kept} stored documents are kept as they are and nothing in it was ingested. "
-                                        "Fix its permissions (it must be readable by the user running kbflow), or "
-                                        "exclude it with convert.exclude"})
+        run.summary.fail(Failure("scan", "UnreadableFolder", source_path=folder.source_path,
+                                 message=f"{folder.source_path}: cannot list this folder ({folder.reason}); its "
+                                         f"{kept} stored documents are kept as they are and nothing in it was "
+                                         "ingested. Fix its permissions (it must be readable by the user running "
+                                         "kbflow), or exclude it with convert.exclude"))
     literal = make_plan(text_sources(texts, run.namespace), manifest, run.fingerprints, force=run.force,
                         track_removals=False)
     plan = Plan(files.new + literal.new, files.changed + literal.changed, files.unchanged + literal.unchanged,
                 files.removed)
-    run.summary["documents"].update(plan.counts())
+    run.summary.documents = DocumentCounts(**plan.counts())
     run.timed("scan", started)
     log.info("plan for %s: %s", run.namespace, plan.counts())
     return plan
@@ -280,8 +298,7 @@ def _check_embedder(run: Run) -> None:
     try:
         run.embedder.check_access()
     except KbflowError as exc:
-        run.failures.append({"stage": "embed", "error_type": type(exc).__name__, "message": str(exc)[:1000],
-                             "attempts": getattr(exc, "attempts", 1)})
+        run.summary.fail(Failure.of("embed", exc))
         write_table(failure_rows(run.failures), run.run_dir / "failures.parquet")
         raise
 
@@ -293,14 +310,14 @@ def _embedding_counts(embedder) -> dict[str, int]:
 
 
 def _finish(run: Run, wall_started: float) -> dict:
-    run.summary["documents"]["failed"] = len({f["doc_id"] for f in run.failures if f.get("doc_id")})
-    run.summary["failures"] = run.failures
-    run.summary["seconds"] = {**{k: round(v, 3) for k, v in run.seconds.items()},
-                              "total": round(time.perf_counter() - wall_started, 3)}
+    """The run's counts completed; returns the summary's JSON form (what every entry point hands on)."""
+    run.summary.finish_counts()
+    run.summary.seconds = {**{k: round(v, 3) for k, v in run.seconds.items()},
+                           "total": round(time.perf_counter() - wall_started, 3)}
     sent = _embedding_counts(run.embedder)
     if sent:  # a remote provider: what this run sent, the credential check and retried requests included
-        run.summary["embedding"] = {name: sent[name] - run.embedding_counts_at_start.get(name, 0) for name in sent}
-    return run.summary
+        run.summary.embedding = {name: sent[name] - run.embedding_counts_at_start.get(name, 0) for name in sent}
+    return run.summary.to_dict()
 
 
 def _ingest_batches(run: Run, plan: Plan, texts_by_path: dict[str, str]) -> None:
@@ -309,10 +326,10 @@ def _ingest_batches(run: Run, plan: Plan, texts_by_path: dict[str, str]) -> None
     # per-document conversion cache, pruned with the results; --force converts everything again
     convert_cache_dir = None if run.force else str(location(config.data_dir) / "prefect" / "results" / "kbflow-convert")
 
-    def start_convert(index: int):
+    def start_convert(index: int) -> Pending[pa.Table] | None:
         files = [s for s in batches[index] if s.abs_path]
         first = index * size
-        return run.runner.submit("convert", files, config.convert, convert_cache_dir, first, len(todo),
+        return run.runner.submit(call(stages.convert, files, config.convert, convert_cache_dir, first, len(todo)),
                                  label=f"docs {first}-{first + len(batches[index]) - 1}") if files else None
 
     pending = start_convert(0) if batches else None
@@ -360,35 +377,37 @@ def _chunked_batch(run: Run, batch: list, index: int, file_docs: pa.Table, texts
     documents = pa.concat_tables([file_docs, text_docs])
     run.timed("convert", started, last + 1, total)
     write_table(documents, run.run_dir / "documents" / part, DOCUMENTS)
-    run.failures.extend(conversion_failures(documents))
+    run.summary.failures.extend(conversion_failures(documents))
     _withdraw_secrets(run, documents)
     failpoint("convert.done")
     key = stages.batch_key(documents)
 
     started = time.perf_counter()
-    sections = run.runner.run("split", documents, label=label, cache_key=stages.split_cache_key(key))
+    sections = run.runner.run(call(stages.split, documents), label=label, cache_key=stages.split_cache_key(key))
     run.timed("split", started, last + 1, total)
     write_table(sections, run.run_dir / "sections" / part, SECTIONS)
     failpoint("split.done")
 
     started = time.perf_counter()
-    chunks = run.runner.run("chunk", documents, sections, run.embedder.token_counter(), run.chunk_tokens,
-                            config.chunking, run.fingerprints.chunker, str(run.state.plans_dir), label=label,
+    chunks = run.runner.run(call(stages.chunk, documents, sections, run.embedder.token_counter(), run.chunk_tokens,
+                                 config.chunking, run.fingerprints.chunker, str(run.state.plans_dir)), label=label,
                             cache_key=stages.chunk_cache_key(key, run.fingerprints.chunker))
     run.timed("chunk", started, last + 1, total)
-    add_chunk_quality(run.summary, chunks, documents, run.chunk_tokens)  # warnings name a document, in the summary
+    # warnings name a document, in the summary
+    run.summary.chunk_quality = add_chunk_quality(run.summary.chunk_quality, chunks, documents, run.chunk_tokens)
     write_table(chunks, run.run_dir / "chunks" / part, CHUNKS)
     failpoint("chunk.done")
 
     edges, graph_incomplete = None, set()
-    if run.fingerprints.graph:
+    run_graph = run.summary.graph
+    if run.fingerprints.graph and run_graph is not None:
         started = time.perf_counter()
         source_paths = dict(zip(documents.column("doc_id").to_pylist(), documents.column("source_path").to_pylist()))
-        edges, failed, calls = run.runner.run("graph", chunks, source_paths, run.extractor, label=label)
+        edges, failed, calls = run.runner.run(call(stages.graph, chunks, source_paths, run.extractor), label=label)
         run.timed("graph", started)
-        run.summary["graph"]["edges_extracted"] += edges.num_rows
-        if run.extractor is not None:
-            run.summary["graph"]["llm_calls"] += calls
+        run_graph.edges_extracted += edges.num_rows
+        if run_graph.llm_calls is not None:
+            run_graph.llm_calls += calls
         graph_incomplete = _graph_failures(run, chunks, failed)
         write_table(edges, run.run_dir / "graph" / part, EDGES)
     return Waiting(documents, chunks, label, last, edges, graph_incomplete)
@@ -404,7 +423,7 @@ def _withdraw_secrets(run: Run, documents: pa.Table) -> None:
         _delete_documents(run, [doc_id for doc_id in held_back if doc_id in stored], "docs holding credentials")
 
 
-def _graph_failures(run: Run, chunks: pa.Table, failed: list[dict]) -> set[str]:
+def _graph_failures(run: Run, chunks: pa.Table, failed: list[stages.TextFailure]) -> set[str]:
     """A failure row per chunk text the LLM could not extract; returns the documents holding such a chunk (they are
     written with the edges that were extracted, their manifest rows mark the graph incomplete, and the next run
     extracts the rest)."""
@@ -413,12 +432,10 @@ def _graph_failures(run: Run, chunks: pa.Table, failed: list[dict]) -> set[str]:
                                              ("chunk_id", "doc_id", "text_sha256"))):
         by_text.setdefault(text_sha256, []).append((chunk_id, doc_id))
     blocked: set[str] = set()
-    for failure in failed:
-        holders = by_text.get(failure["text_sha256"], [])
+    for text in failed:
+        holders = by_text.get(text.text_sha256, [])
         blocked |= {doc_id for _, doc_id in holders}
-        run.failures.append({"stage": "graph", "chunk_ids": [chunk_id for chunk_id, _ in holders],
-                             "error_type": failure["error_type"], "attempts": failure["attempts"],
-                             "message": f"entity extraction: {failure['message']}"})
+        run.summary.fail(replace(text.failure, chunk_ids=tuple(chunk_id for chunk_id, _ in holders)))
     return blocked
 
 
@@ -436,7 +453,8 @@ class Waiting:
 
 def _misses(run: Run, chunks: pa.Table) -> int:
     keys, _texts = embed_inputs(chunks)
-    return len(keys) - len(run.cache.lookup(keys))
+    _, cache, _ = run.writing()
+    return len(keys) - len(cache.lookup(keys))
 
 
 def round_thread_prefix(owner: int) -> str:
@@ -450,7 +468,7 @@ class EmbedRound:
     """Waiting batches whose misses are being embedded in the background."""
 
     batches: list[Waiting]
-    future: Future  # of (vectors by key, failed keys)
+    future: Future[tuple[dict, set[str]]]  # of (vectors by key, failed keys)
 
 
 def _next_round(run: Run, embedding: EmbedRound | None, waiting: list[Waiting], total: int,
@@ -464,7 +482,7 @@ def _next_round(run: Run, embedding: EmbedRound | None, waiting: list[Waiting], 
     chunks = pa.concat_tables([w.chunks for w in batches])
     # the round's embed calls go through the runner from its own thread: it must see the flow run's context
     started = EmbedRound(batches, background.submit(contextvars.copy_context().run, _embed, run, chunks))
-    if embedding is not None:
+    if embedding is not None and vectors is not None:
         _write_round(run, embedding, vectors, total)
     return started
 
@@ -494,42 +512,42 @@ def _embed(run: Run, chunks: pa.Table) -> tuple[dict, set[str]]:
     """Vectors for every chunk of a batch (cache hits, then the misses); failures recorded with their chunk ids."""
     config = run.config
     keys, texts = embed_inputs(chunks)
-    outcome = embed_with_cache(keys, texts, run.embedder, run.cache, run.runner, config.embedder.task_batch,
+    _, cache, _ = run.writing()
+    outcome = embed_with_cache(keys, texts, run.embedder, cache, run.runner, config.embedder.task_batch,
                                config.flow.max_workers,
                                on_progress=lambda done, total: progress.report("embed", done, total),
                                refused=run.auth_refused)
     run.auth_refused = outcome.auth_refused
-    run.summary["chunks"]["total"] += chunks.num_rows
-    run.summary["chunks"]["reused"] += outcome.reused
-    run.summary["chunks"]["embedded"] += outcome.embedded
+    counts: ChunkCounts = run.summary.chunks
+    counts.total += chunks.num_rows
+    counts.reused += outcome.reused
+    counts.embedded += outcome.embedded
     key_column = chunks.column("embed_sha256").to_pylist()
     for failure in outcome.failures:  # those chunks are not stored; the next run retries them
         lost = set(failure.keys)
         mask = pa.array([key in lost for key in key_column], pa.bool_())
-        run.failures.append({"stage": "embed", "chunk_ids": chunks.filter(mask).column("chunk_id").to_pylist(),
-                             "error_type": type(failure.error).__name__, "message": str(failure.error)[:1000],
-                             "attempts": failure.attempts})
+        run.summary.fail(replace(Failure.of("embed", failure.error), attempts=failure.attempts,
+                                 chunk_ids=tuple(chunks.filter(mask).column("chunk_id").to_pylist())))
     return outcome.vectors, outcome.failed_keys
 
 
 def _upsert(run: Run, documents, chunks, vectors, failed_keys, label: str, edges: pa.Table | None = None,
-            graph_incomplete: set[str] = frozenset()) -> None:
+            graph_incomplete: Set[str] = frozenset()) -> None:
     """Replace whole documents in one store operation (and their graph edges), then record them in the manifest."""
     ready, blocked = ready_documents(documents, chunks, failed_keys)
     for doc in [doc for doc in ready if doc["doc_id"] in graph_incomplete]:
-        run.failures.append({"stage": "graph", "doc_id": doc["doc_id"], "source_path": doc["source_path"],
-                             "error_type": "GraphIncomplete",
-                             "message": f"{doc['source_path']}: the entities of some chunks could not be extracted; "
-                                        "it is stored and searchable with the edges that were, and the next run "
-                                        "extracts the rest"})
+        run.summary.fail(Failure("graph", "GraphIncomplete", doc_id=doc["doc_id"], source_path=doc["source_path"],
+                                 message=f"{doc['source_path']}: the entities of some chunks could not be extracted; "
+                                         "it is stored and searchable with the edges that were, and the next run "
+                                         "extracts the rest"))
     for doc in blocked:
-        run.failures.append({"stage": "embed", "doc_id": doc["doc_id"], "source_path": doc["source_path"],
-                             "error_type": "EmbeddingIncomplete",
-                             "message": f"{doc['source_path']}: some chunks failed to embed; "
-                                        "its stored version is kept and the next run retries it"})
+        run.summary.fail(Failure("embed", "EmbeddingIncomplete", doc_id=doc["doc_id"], source_path=doc["source_path"],
+                                 message=f"{doc['source_path']}: some chunks failed to embed; "
+                                         "its stored version is kept and the next run retries it"))
     if not ready:
         return
-    run.lock.check()
+    store, _, lock = run.writing()
+    lock.check()
     ready_ids = {doc["doc_id"] for doc in ready}
     doc_chunks = chunks_of(chunks, ready_ids)
     rows = store_rows(doc_chunks, {doc["doc_id"]: doc["source_path"] for doc in ready}, vectors,
@@ -539,15 +557,14 @@ def _upsert(run: Run, documents, chunks, vectors, failed_keys, label: str, edges
         doc_edges = EDGES.empty_table() if edges is None else edges.filter(
             pc.is_in(edges.column("doc_id"), value_set=pa.array(sorted(ready_ids), pa.string())))
     try:
-        run.summary["chunks"]["written"] += run.runner.run("upsert", run.store, sorted(ready_ids), rows, run.graph,
-                                                           doc_edges, label=label)
-        if doc_edges is not None:
-            run.summary["graph"]["edges_written"] += doc_edges.num_rows
+        run.summary.chunks.written += run.runner.run(call(stages.upsert, store, sorted(ready_ids), rows, run.graph,
+                                                          doc_edges), label=label)
+        if doc_edges is not None and run.summary.graph is not None:
+            run.summary.graph.edges_written += doc_edges.num_rows
     except Exception as exc:  # the store write is one operation: it happened whole or not at all
         for doc in ready:
-            run.failures.append({"stage": "upsert", "doc_id": doc["doc_id"], "source_path": doc["source_path"],
-                                 "error_type": type(exc).__name__, "attempts": getattr(exc, "attempts", 1),
-                                 "message": f"{doc['source_path']}: {str(exc)[:500]}"})
+            run.summary.fail(Failure.of("upsert", exc, f"{doc['source_path']}: {str(exc)[:500]}",
+                                        doc_id=doc["doc_id"], source_path=doc["source_path"]))
         return
     failpoint("upsert.after_store")
     run.state.update_manifest(manifest_rows(ready, doc_chunks, run.fingerprints, run.run_id, graph_incomplete), [])
@@ -561,9 +578,10 @@ def _delete(run: Run, plan: Plan) -> None:
 
 def _delete_documents(run: Run, removed_ids: list[str], what: str) -> None:
     started = time.perf_counter()
-    run.lock.check()
-    run.summary["chunks"]["deleted"] += run.runner.run("delete", run.store, removed_ids, run.graph,
-                                                       label=f"{len(removed_ids)} {what}")
+    store, _, lock = run.writing()
+    lock.check()
+    run.summary.chunks.deleted += run.runner.run(call(stages.delete, store, removed_ids, run.graph),
+                                                 label=f"{len(removed_ids)} {what}")
     failpoint("delete.after_store")
     run.state.update_manifest(manifest_rows([], CHUNKS.empty_table(), run.fingerprints, run.run_id), removed_ids)
     PlanCache(run.state.plans_dir).forget(removed_ids)
@@ -572,13 +590,12 @@ def _delete_documents(run: Run, removed_ids: list[str], what: str) -> None:
 
 def _refresh_indexes(run: Run) -> None:
     started = time.perf_counter()
-    run.store.defer_vector_index = False
+    store, _, _ = run.writing()
+    store.defer_vector_index = False
     try:
-        run.summary["store"]["indexes"] = run.runner.run("index", run.store, label="refresh indexes")
+        run.summary.store.indexes = run.runner.run(call(stages.index, store), label="refresh indexes")
     except Exception as exc:  # nothing stored is at stake: searches scan exactly until an index exists
-        run.failures.append({"stage": "index", "error_type": type(exc).__name__,
-                             "attempts": getattr(exc, "attempts", 1),
-                             "message": f"refreshing the indexes of {run.namespace!r} failed: {str(exc)[:500]}; "
-                                        "searches stay correct (unindexed rows are scanned) and the next "
-                                        "write retries"})
+        run.summary.fail(Failure.of("index", exc, f"refreshing the indexes of {run.namespace!r} failed: "
+                                                  f"{str(exc)[:500]}; searches stay correct (unindexed rows are "
+                                                  "scanned) and the next write retries"))
     run.timed("upsert", started)

@@ -3,6 +3,7 @@ and the deletion guard that refuses to remove most of a namespace because a fold
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -46,7 +47,7 @@ class Plan:
 
 
 def make_plan(scanned: list[SourceFile], manifest: pa.Table, fingerprints: Fingerprints, force: bool = False,
-              track_removals: bool = True, unreadable_folders: list[UnreadableFolder] = ()) -> Plan:
+              track_removals: bool = True, unreadable_folders: Sequence[UnreadableFolder] = ()) -> Plan:
     """Sort scanned files into new / changed / unchanged; manifest files no longer scanned are removed, except
     those under a folder the scan could not list (out of sight is not deleted)."""
     stored = {row["doc_id"]: row for row in manifest.to_pylist()}

@@ -3,6 +3,7 @@ store rows from chunks and vectors, manifest and failure rows. No I/O here."""
 
 from __future__ import annotations
 
+from collections.abc import Set
 from dataclasses import asdict
 
 import numpy as np
@@ -12,6 +13,7 @@ from kbflow.chunk.chunker import ChunkJob, chunk_documents as chunk_batch
 from kbflow.chunk.plans import PlanCache, chunk_remembering
 from kbflow.config import ChunkConfig
 from kbflow.engine.plan import Fingerprints
+from kbflow.engine.summary import Failure
 from kbflow.errors import ConfigError
 from kbflow.search.tokens import TOKENIZER_VERSION, tokens_text
 from kbflow.schemas import CHUNKS, FAILURES, MANIFEST, SECTIONS, store_schema
@@ -24,10 +26,9 @@ def with_status(documents: pa.Table, status: str) -> list[dict]:
     return documents.filter(pa.compute.equal(documents.column("status"), status)).to_pylist()
 
 
-def conversion_failures(documents: pa.Table) -> list[dict]:
-    return [{"stage": "convert", "doc_id": row["doc_id"], "source_path": row["source_path"],
-             "error_type": row["error"].split(":", 1)[0], "message": row["error"]}
-            for row in with_status(documents, "failed")]
+def conversion_failures(documents: pa.Table) -> list[Failure]:
+    return [Failure("convert", row["error"].split(":", 1)[0], row["error"], doc_id=row["doc_id"],
+                    source_path=row["source_path"]) for row in with_status(documents, "failed")]
 
 
 def split_documents(documents: pa.Table) -> pa.Table:
@@ -98,7 +99,8 @@ def _bm25_words(chunks: list, known: dict | None, memory: dict) -> list[str]:
     this word tokenizer) where its text was cut before: jieba cuts ~0.4 MB/s, and an update's unchanged chunks
     must not pay it again. ``memory`` is left holding this version's words of these chunks."""
     known = known if isinstance(known, dict) else {}
-    result, kept = [], {}
+    result: list[str] = []
+    kept: dict[str, str] = {}
     for chunk in chunks:
         key = chunk.text_sha256[:24]
         kept[key] = known[key] if key in known else kept.get(key) or tokens_text(chunk.text)
@@ -146,7 +148,7 @@ def store_rows(chunks: pa.Table, source_paths: dict[str, str], vectors: dict[str
 
 
 def manifest_rows(documents: list[dict], chunks: pa.Table, fingerprints: Fingerprints, run_id: str,
-                  graph_incomplete: set[str] = frozenset()) -> pa.Table:
+                  graph_incomplete: Set[str] = frozenset()) -> pa.Table:
     """The manifest rows of written documents. A document whose graph is incomplete (an LLM extraction failed)
     records a graph fingerprint that matches no extractor, so the next run re-processes it (from its cached
     conversion, vectors and extracted facts) and extracts what is missing."""
@@ -162,6 +164,5 @@ def manifest_rows(documents: list[dict], chunks: pa.Table, fingerprints: Fingerp
     return pa.Table.from_pylist(rows, schema=MANIFEST)
 
 
-def failure_rows(rows: list[dict]) -> pa.Table:
-    defaults = {"doc_id": None, "source_path": None, "chunk_ids": [], "attempts": 1}
-    return pa.Table.from_pylist([{**defaults, **row} for row in rows], schema=FAILURES)
+def failure_rows(failures: list[Failure]) -> pa.Table:
+    return pa.Table.from_pylist([failure.to_dict() for failure in failures], schema=FAILURES)

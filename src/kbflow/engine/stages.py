@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -27,6 +30,7 @@ from kbflow.embed.base import Embedder
 from kbflow import progress
 from kbflow.graph.extract import extract_edges
 from kbflow.engine import rows
+from kbflow.engine.summary import Failure
 from kbflow.retry import RetryPolicy
 from kbflow.stores.errors import store_errors
 from kbflow.stores.vector_cache import VectorCache
@@ -34,22 +38,30 @@ from kbflow.stores.vector_cache import VectorCache
 NO_RETRY = RetryPolicy(attempts=1)
 
 
-def policies(config: KbConfig) -> dict[str, RetryPolicy]:
+@dataclass(frozen=True)
+class TextFailure:
+    """A chunk text the graph stage's LLM extractor could not read (the run maps it to the chunks holding it)."""
+
+    text_sha256: str
+    failure: Failure
+
+
+def policies(config: KbConfig) -> dict[Callable[..., Any], RetryPolicy]:
     """How often each stage is tried, and how far apart. split and chunk are pure functions of their input: nothing
     transient can happen in them, so they are not retried."""
     store = RetryPolicy(attempts=3, backoff_s=1.0, max_backoff_s=10.0)
     embedder = config.embedder
     return {
-        "convert": RetryPolicy(attempts=3, backoff_s=1.0, max_backoff_s=10.0),  # reading sources (a network share)
-        "split": NO_RETRY,
-        "chunk": NO_RETRY,
-        "graph": NO_RETRY,
+        convert: RetryPolicy(attempts=3, backoff_s=1.0, max_backoff_s=10.0),  # reading sources (a network share)
+        split: NO_RETRY,
+        chunk: NO_RETRY,
+        graph: NO_RETRY,
         # the whole embed stage again, after one of its provider requests used up its own retries (a remote
         # embedder retries each request under embedder.retries / retry_budget_s); it resumes from the vector
         # cache, so requests that finished are not sent again
-        "embed": RetryPolicy(attempts=1 + embedder.task_retries, backoff_s=max(1.0, embedder.retry_backoff_s * 8),
+        embed: RetryPolicy(attempts=1 + embedder.task_retries, backoff_s=max(1.0, embedder.retry_backoff_s * 8),
                              max_retry_after_s=embedder.max_retry_after_s),
-        "upsert": store, "delete": store, "index": store,
+        upsert: store, delete: store, index: store,
     }
 
 
@@ -116,7 +128,7 @@ def embed(keys: list[str], texts: list[str], embedder: Embedder, cache: VectorCa
     return keys, np.stack([done[key] for key in keys]) if keys else np.empty((0, 0), np.float32)
 
 
-def graph(chunks: pa.Table, source_paths: dict[str, str], extractor=None) -> tuple[pa.Table, list[dict], int]:
+def graph(chunks: pa.Table, source_paths: dict[str, str], extractor=None) -> tuple[pa.Table, list[TextFailure], int]:
     """The graph stage: the edges out of a batch's chunks (``kbflow.graph.extract``); with an LLM ``extractor``
     (``kbflow.graph.llm_extract``) their entities and relations too. Returns (edges, one failure row per chunk text
     whose extraction failed, chat calls made); each chat request is retried by its client, a failed text is not
@@ -125,8 +137,7 @@ def graph(chunks: pa.Table, source_paths: dict[str, str], extractor=None) -> tup
     if extractor is None:
         return extract_edges(chunks, source_paths), [], 0
     facts, failed, calls = extractor.facts(chunks)
-    failures = [{"text_sha256": key, "error_type": type(error).__name__, "message": str(error)[:1000],
-                 "attempts": getattr(error, "attempts", 1)} for key, error in failed.items()]
+    failures = [TextFailure(key, Failure.of("graph", error, f"entity extraction: {error}")) for key, error in failed.items()]
     return extract_edges(chunks, source_paths, facts, extractor.cache.extractor), failures, calls
 
 
@@ -157,5 +168,4 @@ def index(store) -> dict:
         return store.refresh_indexes()
 
 
-STAGES = {"convert": convert, "split": split, "chunk": chunk, "graph": graph, "embed": embed, "upsert": upsert,
-          "delete": delete, "index": index}
+STAGES: tuple[Callable[..., Any], ...] = (convert, split, chunk, graph, embed, upsert, delete, index)
