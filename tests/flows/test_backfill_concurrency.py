@@ -23,8 +23,31 @@ def _sources(root, namespace: str, count: int):
     return folder
 
 
-def test_two_namespaces_at_once_with_conversion_workers_equal_separate_runs(tmp_path, counting):
+def _pools_used(monkeypatch) -> dict[str, set[int]]:
+    """Which conversion pool each namespace's batches converted in (by object identity)."""
+    from kbflow.convert import converters
+    from kbflow.engine import stages
+
+    used: dict[str, set[int]] = {}
+    converting = threading.local()
+    convert_batch, get = stages.convert_batch, converters.ConversionPool.get
+
+    def spy_convert(sources, *args, **kwargs):
+        converting.namespace = sources[0].source_path.split("/")[0] if sources else None
+        return convert_batch(sources, *args, **kwargs)
+
+    def spy_get(pool, workers):
+        used.setdefault(converting.namespace, set()).add(id(pool))
+        return get(pool, workers)
+
+    monkeypatch.setattr(stages, "convert_batch", spy_convert)
+    monkeypatch.setattr(converters.ConversionPool, "get", spy_get)
+    return used
+
+
+def test_two_namespaces_at_once_with_conversion_workers_equal_separate_runs(tmp_path, counting, monkeypatch):
     sources = {namespace: _sources(tmp_path / "sources", namespace, count) for namespace, count in SIZES.items()}
+    pools = _pools_used(monkeypatch)
     config = load_config(None, data_dir=tmp_path / "together")
     config.convert.workers = 2  # worker processes for every run, whatever the machine's cores
     config.flow.doc_batch = 20
@@ -43,6 +66,9 @@ def test_two_namespaces_at_once_with_conversion_workers_equal_separate_runs(tmp_
     for thread in threads:
         thread.join()
     assert not errors, errors
+    # each run converted in its own pool (a pool shared by the process is stopped by whichever run ends first)
+    assert set(pools) == set(SIZES) and all(len(ids) == 1 for ids in pools.values()), pools
+    assert pools["alpha"] != pools["beta"], pools
     for namespace, count in SIZES.items():
         summary = summaries[namespace]
         assert summary["documents"]["new"] == count and summary["documents"]["failed"] == 0, summary["failures"]
