@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import logging
 import threading
 from pathlib import Path
@@ -25,8 +26,8 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp.types import ToolAnnotations
-from pydantic import Field
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import BaseModel, Field
 
 from kbflow import __version__, api
 from kbflow.config import KbConfig, check_namespace
@@ -46,6 +47,26 @@ INSTRUCTIONS = (
 Mode = Literal["hybrid", "vector", "bm25", "rerank", "graph"]
 NamespaceArg = Annotated[str | None, Field(
     description="The namespace to use (see list_namespaces). Empty: the server's default namespace.")]
+
+
+class Passage(BaseModel):
+    """One search hit."""
+
+    chunk_id: str = Field(description="The passage's id (stable while its document is unchanged).")
+    doc_id: str = Field(description="Its document's id; pass it in doc_ids to search within that document.")
+    source_path: str = Field(description="The file (or page) it comes from, as stored.")
+    heading_path: list[str] = Field(description="The headings its section sits under, outermost first.")
+    score: float = Field(description="Higher is better; the scale depends on the mode.")
+    text: str = Field(description="The passage itself.")
+    path: list[str] | None = Field(None, description="graph mode: how the graph reached this passage.")
+
+
+class SearchResults(BaseModel):
+    """What search returns as structured content (the same hits also come as one JSON text block each)."""
+
+    hits: list[Passage]
+
+
 INBOX = "mcp-inbox"  # under the data dir: files sent inline by add_document, one folder per namespace
 
 
@@ -126,7 +147,7 @@ class Tools:
                    description="Only sections under this heading path, e.g. ['Backup', 'Restore'].")] = None,
                doc_ids: Annotated[list[str] | None, Field(
                    description="Only these documents (doc_id values from earlier results).")] = None,
-               ctx: Context | None = None) -> list[dict]:
+               ctx: Context | None = None) -> Annotated[CallToolResult, SearchResults]:
         """Find the passages of a namespace that best match a query. Each result has the source file path, the
         heading path of its section, a score (higher is better; its scale depends on the mode) and the text."""
         kb = self._kb(namespace, grant_of(ctx))
@@ -135,7 +156,10 @@ class Tools:
                              doc_ids=doc_ids)
         except KbflowError as exc:
             raise ToolError(str(exc)) from None
-        return [hit.to_dict() for hit in hits]
+        passages = [hit.to_dict() for hit in hits]
+        return CallToolResult(content=[TextContent(type="text", text=json.dumps(passage, ensure_ascii=False))
+                                       for passage in passages],
+                              structured_content={"hits": passages})
 
     def ask(self, question: Annotated[str, Field(min_length=1, description="The question to answer.")],
             namespace: NamespaceArg = None,

@@ -66,9 +66,15 @@ def test_stdio_tools_write_search_and_answer_reads_while_a_write_runs(tmp_path):
             added = _data(await client.call_tool("add_text", {"text": "Green tea is brewed at 80 degrees.",
                                                               "doc_id": "tea"}))
             assert added["documents"]["new"] == 1 and added["failures"] == []
-            hits = _data(await client.call_tool("search", {"query": "how hot should water for tea be", "limit": 3}))
+            found = await client.call_tool("search", {"query": "how hot should water for tea be", "limit": 3})
+            hits = _data(found)
             hits = hits if isinstance(hits, list) else [hits]
             assert hits[0]["source_path"] == "text:tea" and "80 degrees" in hits[0]["text"]
+            # the same hits as structured content, under the advertised output schema (no JSON parsed from text)
+            schema = tools["search"].output_schema
+            assert schema["required"] == ["hits"] and "Passage" in schema["$defs"]
+            assert set(schema["$defs"]["Passage"]["required"]) >= {"source_path", "heading_path", "score", "text"}
+            assert found.structured_content == {"hits": hits}
 
             async with anyio.create_task_group() as group:
                 done = {}
