@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from contextlib import contextmanager
 
 from prefect import get_run_logger
@@ -21,30 +22,35 @@ from prefect.artifacts import (
 from kbflow import progress, report
 from kbflow.engine.ingest import round_thread_prefix
 
+UPDATE_EVERY_S = 2.0
+
 
 @contextmanager
 def progress_artifact(namespace: str, doc_batch: int):
     """A progress artifact for this run, created when the engine announces how many documents it will process
-    ("documents" event) and moved by its later events from this thread only (a backfill runs several namespaces
-    in parallel threads; each updates its own artifact)."""
-    owner = threading.get_ident()
-    state: dict = {"id": None, "tracker": None, "last": 0.0}
+    ("documents" event) and moved by its later events; while it embeds, its description says how many texts are
+    done, the rate and the time left. Events reach only the listener of the run that made them (kbflow.progress:
+    a backfill runs several namespaces in parallel threads, each updating its own artifact)."""
+    state: dict = {"id": None, "tracker": None, "last": 0.0, "sent": 0.0}
+    lock = threading.Lock()  # embed events come from the run's stage threads
 
     def on_event(stage: str, completed: int, total: int) -> None:
-        if threading.get_ident() != owner:
-            return
-        if stage == "documents":
-            state["tracker"] = report.RunProgress(total, doc_batch)
-            state["id"] = create_progress_artifact(
-                0.0, key=report.artifact_key(namespace, "progress"),
-                description=f"kbflow ingest of {namespace}: {total} documents to process")
-            return
-        if state["tracker"] is None:
-            return
-        percent = state["tracker"].update(stage, completed, total)
-        if percent is not None and percent != state["last"]:
-            state["last"] = percent
-            update_progress_artifact(state["id"], round(percent, 1))
+        with lock:
+            if stage == "documents":
+                state["tracker"] = report.RunProgress(total, doc_batch)
+                state["id"] = create_progress_artifact(
+                    0.0, key=report.artifact_key(namespace, "progress"),
+                    description=f"kbflow ingest of {namespace}: {total} documents to process")
+                return
+            if state["tracker"] is None:
+                return
+            percent = state["tracker"].update(stage, completed, total)
+            # at most one update every UPDATE_EVERY_S (a fast model reports many model calls a second)
+            if percent is None or (time.monotonic() - state["sent"] < UPDATE_EVERY_S and percent < 99.0):
+                return
+            state["last"], state["sent"] = percent, time.monotonic()
+            update_progress_artifact(state["id"], round(percent, 1), description=(
+                f"kbflow ingest of {namespace}: {state['tracker'].description()}" if stage == "embed" else None))
 
     with progress.also_listening(on_event):
         yield

@@ -19,7 +19,9 @@ memory.limit_arenas()  # before any thread allocates (kbflow.memory); child proc
 import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.markup import escape  # noqa: E402
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TaskID, TextColumn,  # noqa: E402
+                           TimeElapsedColumn)
+from rich.text import Text  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from kbflow import api, progress  # noqa: E402
@@ -887,21 +889,36 @@ def _print_summary(summary: dict) -> None:
         err.print(f"[yellow]warning[/] chunks: {escape(warning)}", highlight=False, soft_wrap=True)
 
 
+class _RateAndTimeLeft(ProgressColumn):
+    """The embed bar's texts per second and time left (from rich's speed over the last updates)."""
+
+    def render(self, task) -> Text:
+        if task.description.strip() != "embed" or not task.speed or task.finished:
+            return Text("")
+        left = (task.total - task.completed) / task.speed if task.total else None
+        return Text(f"{task.speed:.1f} texts/s" + (f", {_duration(left)} left" if left is not None else ""))
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds + 0.5)
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else \
+        f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
 class _progress_bars:
     """One rich bar per stage, fed by kbflow.progress events (on stderr, so --json stays clean).
 
     The bars appear when the plan is known (the engine's "documents" event), so each one's clock runs from the
-    start of the work; convert moves per file; embed counts the run's texts (its events are per document batch,
-    summed here)."""
+    start of the work; convert moves per file; embed counts the run's texts to embed (its total grows as batches
+    are chunked) and moves per model call, with its rate and the time left."""
 
     STAGES = ("convert", "split", "chunk", "embed", "upsert")
 
     def __init__(self, enabled: bool):
         self.enabled = enabled and sys.stderr.isatty()
-        self.bars: dict[str, int] = {}
-        self.embed_offset = self.embed_last = (0, 0)  # (texts done, texts known) of the finished batches; last event
+        self.bars: dict[str, TaskID] = {}
         self.progress = Progress(TextColumn("{task.description:>10}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), console=err, transient=False)
+                                 TimeElapsedColumn(), _RateAndTimeLeft(), console=err, transient=False)
 
     def __enter__(self):
         if self.enabled:
@@ -916,12 +933,6 @@ class _progress_bars:
                 if name not in self.bars:
                     self.bars[name] = self.progress.add_task(name, total=total if name != "embed" else None)
             return
-        if stage == "embed":
-            last_done, last_total = self.embed_last
-            if total != last_total or completed < last_done:  # a new batch's texts
-                self.embed_offset = (self.embed_offset[0] + last_done, self.embed_offset[1] + last_total)
-            self.embed_last = (completed, total)
-            completed, total = completed + self.embed_offset[0], total + self.embed_offset[1]
         if stage not in self.bars:
             self.bars[stage] = self.progress.add_task(stage, total=total)
         self.progress.update(self.bars[stage], completed=completed, total=total)

@@ -6,6 +6,7 @@ No Prefect here; ``tasks/artifacts.py`` publishes these as artifacts.
 from __future__ import annotations
 
 import re
+import time
 
 STAGE_ORDER = ("scan", "convert", "split", "chunk", "embed", "upsert", "total")
 
@@ -52,24 +53,63 @@ def failures_markdown(summary: dict) -> str:
 
 
 class RunProgress:
-    """Overall percent done of one run from the flow's per-stage progress events.
+    """Overall percent done of one run from the flow's per-stage progress events, and what the embedding is doing.
 
-    Documents finished by upsert count whole; during a batch's embedding the batch counts by the share of its
-    texts embedded so far, so the figure moves with every embed task."""
+    Embedding is most of a run's time: the percentage follows the share of the run's texts embedded (its events
+    count the texts found missing from the vector cache so far; the texts of documents not yet chunked are
+    extrapolated from those that were), and documents written by upsert; it never goes back."""
 
-    def __init__(self, total_documents: int, doc_batch: int):
+    def __init__(self, total_documents: int, doc_batch: int, clock=time.monotonic):
         self.total = total_documents
         self.doc_batch = doc_batch
-        self.documents_done = 0
+        self.documents_done = self.chunked = 0
+        self.texts_done = self.texts_known = 0
+        self.percent = 0.0
+        self.clock = clock
+        self.first: tuple[float, int] | None = None  # (time, texts done) of the first embed event
 
     def update(self, stage: str, completed: int, total: int) -> float | None:
         """The new percentage after an event, or None when the event does not move it."""
         if self.total == 0:
             return None
+        if stage == "chunk":
+            self.chunked = completed
+            return None
         if stage == "upsert":
             self.documents_done = completed
-            return 100.0 * completed / self.total
-        if stage == "embed" and total:
-            in_batch = min(self.doc_batch, self.total - self.documents_done)
-            return 100.0 * (self.documents_done + in_batch * completed / total) / self.total
-        return None
+            share = completed / self.total
+        elif stage == "embed" and total:
+            if self.first is None:
+                self.first = (self.clock(), completed)
+            self.texts_done, self.texts_known = completed, total
+            share = min(completed / self.texts_expected(), 0.99)  # the last writes are still to come
+        else:
+            return None
+        if 100.0 * share <= self.percent:
+            return None
+        self.percent = 100.0 * share
+        return self.percent
+
+    def texts_expected(self) -> float:
+        if 0 < self.chunked < self.total:
+            return self.texts_known * self.total / self.chunked
+        return float(max(self.texts_known, 1))
+
+    def rate(self) -> float | None:
+        """Texts embedded per second since the first embed event."""
+        if self.first is None:
+            return None
+        seconds, done = self.clock() - self.first[0], self.texts_done - self.first[1]
+        return done / seconds if seconds > 0 and done > 0 else None
+
+    def description(self) -> str:
+        """What the embedding is doing, for the progress artifact: texts done of the total, rate, time left."""
+        text = f"embedded {self.texts_done:,} of {self.texts_known:,} texts"
+        if self.chunked < self.total:
+            text += f" (so far: {self.chunked:,} of {self.total:,} documents chunked)"
+        rate = self.rate()
+        if rate:
+            left = max(self.texts_expected() - self.texts_done, 0) / rate
+            text += f", {rate:.1f} texts/s, about {left / 60:.0f} min left" if left >= 90 else \
+                f", {rate:.1f} texts/s, about {left:.0f} s left"
+        return text

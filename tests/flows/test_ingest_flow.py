@@ -479,3 +479,24 @@ def test_a_large_run_converts_in_worker_processes_and_stops_them_at_the_end(docs
     in_process = run(docs_dir, tmp_path / "one")
     assert not pools and in_process["store"]["count"] == summary["store"]["count"]
     assert snapshot(tmp_path / "one")[0] == snapshot(tmp_path / "pool")[0]
+
+
+def test_the_embed_progress_counts_the_runs_texts_from_the_start_and_moves_per_model_call(docs_dir, tmp_path,
+                                                                                          counting, monkeypatch):
+    """The embed bar (and the progress artifact) get (texts embedded, texts to embed) for the whole run: the total
+    is there before the first text is embedded and grows as batches are chunked, and the count moves with every
+    model call (here 4 texts), not once per stage call."""
+    from kbflow import progress
+
+    monkeypatch.setenv("KBFLOW__FLOW__DOC_BATCH", "1")
+    counting.max_batch = 4
+    events = []
+    with progress.listening(lambda stage, done, total: events.append((done, total)) if stage == "embed" else None):
+        summary = run(docs_dir, tmp_path / "data")
+    texts = summary["chunks"]["embedded"]
+    assert texts >= 8 and events[-1] == (texts, texts)
+    assert events[0][0] == 0 and events[0][1] > 0  # a total before anything was embedded
+    done, totals = [d for d, _ in events], [t for _, t in events]
+    assert done == sorted(done) and totals == sorted(totals) and all(d <= t for d, t in events)
+    steps = [after - before for before, after in zip(done, done[1:]) if after > before]
+    assert max(steps) <= 4 and len(steps) >= texts // 4, steps

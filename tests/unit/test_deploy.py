@@ -167,12 +167,24 @@ def test_summary_rows_failures_page_and_keys():
     assert report.artifact_key("Docs_1", "run-summary") == "kbflow-docs-1-run-summary"
 
 
-def test_run_progress_moves_with_embed_batches_and_upserts():
-    progress = report.RunProgress(total_documents=4, doc_batch=2)
+def test_run_progress_follows_the_texts_embedded_extrapolated_to_unchunked_documents_and_never_goes_back():
+    now = [100.0]
+    progress = report.RunProgress(total_documents=4, doc_batch=2, clock=lambda: now[0])
     assert progress.update("convert", 2, 4) is None
-    assert progress.update("embed", 5, 10) == 25.0  # half of the first batch's 2 documents
-    assert progress.update("upsert", 2, 4) == 50.0
-    assert progress.update("embed", 10, 10) == 100.0
+    assert progress.update("chunk", 2, 4) is None  # half the documents chunked, 10 texts to embed found so far
+    assert progress.update("embed", 0, 10) is None
+    now[0] += 10
+    assert progress.update("embed", 5, 10) == 25.0  # 5 of an expected 20 texts
+    assert progress.description() == ("embedded 5 of 10 texts (so far: 2 of 4 documents chunked), 0.5 texts/s, "
+                                      "about 30 s left")  # 15 texts left at 0.5 texts/s
+    assert progress.update("chunk", 4, 4) is None
+    assert round(progress.update("embed", 5, 12), 1) == 41.7  # the total is final: 5 of 12 texts
+    assert progress.update("embed", 5, 30) is None  # (a larger total would mean less done:) never back
+    now[0] += 10
+    assert progress.update("embed", 6, 12) == 50.0
+    assert progress.update("upsert", 1, 4) is None  # behind what the embedding showed: never back
+    assert progress.update("embed", 12, 12) == 99.0  # every text embedded, writes still to come
+    assert progress.update("upsert", 4, 4) == 100.0
     assert report.RunProgress(0, 2).update("upsert", 0, 0) is None
 
 

@@ -336,7 +336,9 @@ def _ingest_batches(run: Run, plan: Plan, texts_by_path: dict[str, str]) -> None
     waiting: list[Waiting] = []
     waiting_misses = 0
     embedding: EmbedRound | None = None
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix=round_thread_prefix(threading.get_ident())) as background:
+    to_embed: set[str] = set()  # the texts the run has found missing from the vector cache so far
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix=round_thread_prefix(threading.get_ident())) as background, \
+            progress.counting(progress.TextCounter("embed")) as texts:
         try:
             for index, batch in enumerate(batches):
                 started = time.perf_counter()
@@ -346,11 +348,15 @@ def _ingest_batches(run: Run, plan: Plan, texts_by_path: dict[str, str]) -> None
                 del file_docs
                 # embedding waits until enough texts are missing from the cache to fill the embed calls, or enough
                 # documents wait: an update's few new texts per batch then go to the model in full calls
-                waiting_misses += _misses(run, waiting[-1].chunks)
+                misses = _misses(run, waiting[-1].chunks)
+                texts.add_known(len(misses - to_embed))  # the embed bar's total grows as batches are chunked
+                to_embed |= misses
+                waiting_misses += len(misses)
                 if (waiting_misses >= config.embedder.task_batch * config.flow.max_workers
                         or sum(w.documents.num_rows for w in waiting) >= config.flow.embed_gather_docs):
                     embedding = _next_round(run, embedding, waiting, len(todo), background)
                     waiting_misses = 0
+            texts.finish()  # every batch is chunked: the embed total is final
             if waiting:
                 embedding = _next_round(run, embedding, waiting, len(todo), background)
             if embedding is not None:
@@ -451,10 +457,11 @@ class Waiting:
     graph_incomplete: set[str] = field(default_factory=set)  # documents with a chunk whose LLM extraction failed
 
 
-def _misses(run: Run, chunks: pa.Table) -> int:
+def _misses(run: Run, chunks: pa.Table) -> set[str]:
+    """The texts of ``chunks`` (their embed keys) that the vector cache does not hold."""
     keys, _texts = embed_inputs(chunks)
     _, cache, _ = run.writing()
-    return len(keys) - len(cache.lookup(keys))
+    return set(keys) - set(cache.lookup(keys))
 
 
 def round_thread_prefix(owner: int) -> str:
@@ -513,10 +520,16 @@ def _embed(run: Run, chunks: pa.Table) -> tuple[dict, set[str]]:
     config = run.config
     keys, texts = embed_inputs(chunks)
     _, cache, _ = run.writing()
+    counter = progress.counting_now()
+    settled = [0]
+
+    def finished(done: int, _total: int) -> None:  # a stage call returned: its texts are done wherever it ran
+        if counter is not None:
+            counter.settle(done - settled[0])
+        settled[0] = done
+
     outcome = embed_with_cache(keys, texts, run.embedder, cache, run.runner, config.embedder.task_batch,
-                               config.flow.max_workers,
-                               on_progress=lambda done, total: progress.report("embed", done, total),
-                               refused=run.auth_refused)
+                               config.flow.max_workers, on_progress=finished, refused=run.auth_refused)
     run.auth_refused = outcome.auth_refused
     counts: ChunkCounts = run.summary.chunks
     counts.total += chunks.num_rows

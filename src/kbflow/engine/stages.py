@@ -125,6 +125,7 @@ def embed(keys: list[str], texts: list[str], embedder: Embedder, cache: VectorCa
         with store_errors("writing vectors to the vector cache"):
             cache.add([key for key, _ in part], vectors)
         done.update(zip((key for key, _ in part), vectors))
+        progress.advance(len(part))  # the run's embed bar moves per model call, not per stage call
     return keys, np.stack([done[key] for key in keys]) if keys else np.empty((0, 0), np.float32)
 
 
