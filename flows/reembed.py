@@ -21,6 +21,7 @@ from kbflow.trust import SourceRefused
 from kbflow.engine.reembed import reembed as run_engine_reembed
 from kbflow.engine.reembed import target_embedder_config
 from kbflow.flows.ingest import flow_config
+from kbflow.orchestrate import ingest_sources
 from kbflow.tasks.artifacts import engine_logs_in_run
 from kbflow.tasks.stages import PrefectRunner
 
@@ -70,7 +71,7 @@ def reembed(namespace: Annotated[Namespace, _form("Namespace")],
     target = settings.model_copy(update={"embedder": target_embedder_config(model)})
     with engine_logs_in_run():
         return run_engine_reembed(settings, namespace, model, eval_beir or None, max_ndcg_drop,
-                                  runner=PrefectRunner(target))
+                                  runner=PrefectRunner(target), ingest=ingest_sources)
 
 
 def checked_form(config: KbConfig | None, config_path: str | None, model: str, data_dir: str | None,

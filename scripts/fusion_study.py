@@ -28,6 +28,7 @@ def collect(sets: list[Path], backends: list[str], work: Path, depth: int, max_q
 
     import yaml
 
+    from kbflow import api
     from kbflow.config import load_config
     from kbflow.evaluate import eval_beir, load_beir
     from kbflow.search.searcher import Searcher, candidate_lists, embed_query
@@ -55,11 +56,12 @@ def collect(sets: list[Path], backends: list[str], work: Path, depth: int, max_q
             config_file.write_text(yaml.safe_dump({"embedder": {"backend": backend}}), encoding="utf-8")
             if twin is None:  # an ingest of its own
                 data_dir = work / "data" / name
-                result = eval_beir(folder, str(config_file), data_dir, max_queries=max_queries, modes=["vector"])
+                result = eval_beir(folder, str(config_file), data_dir, max_queries=max_queries, modes=["vector"],
+                                   ingest=api.ingest)
             else:  # the same corpus was ingested for another set: its store, scored with this set's queries
                 data_dir = work / "data" / twin["data"]
                 result = eval_beir(folder, str(config_file), data_dir, namespace=twin["namespace"],
-                                   max_queries=max_queries, modes=["vector"], ingest=False)
+                                   max_queries=max_queries, modes=["vector"], ingest=None)
             namespace = result["namespace"]
             corpus, queries, qrels = load_beir(folder)
             searcher = Searcher(load_config(config_file, data_dir=data_dir), namespace)

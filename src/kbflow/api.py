@@ -1,25 +1,25 @@
 """The operations as plain Python functions; the CLI is a thin wrapper over these.
 
 Writes (``ingest``, ``add_text``, ``reembed``) run the engine (``kbflow.engine``) either in this process or as a
-Prefect flow run (``kbflow.flows``), per ``flow.orchestrator`` (``orchestration``): the same stages, retries,
+Prefect flow run (``kbflow.flows``), per ``flow.orchestrator`` (``kbflow.orchestrate``): the same stages, retries,
 snapshots and summary either way. The read side never touches Prefect.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from kbflow.environment import set_quiet_offline_defaults
 
-from kbflow.config import KbConfig, check_namespace, load_config  # noqa: E402
+from kbflow.config import KbConfig, check_namespace  # noqa: E402
 from kbflow.convert.objects import is_url  # noqa: E402
 from kbflow.engine.ingest import IngestJob  # noqa: E402
-from kbflow.engine.ingest import ingest as run_engine_ingest  # noqa: E402
 from kbflow.engine.reembed import reembed as run_engine_reembed  # noqa: E402
 from kbflow.engine.store_check import stored_ids  # noqa: E402
 from kbflow.errors import ConfigError  # noqa: E402
 from kbflow.graph.store import GraphStore  # noqa: E402
+from kbflow.orchestrate import as_flow_run, ingest_sources, orchestration, run_ingest  # noqa: E402
+from kbflow.resolve import resolve_config  # noqa: E402
 
 
 class UnknownNamespace(ConfigError):
@@ -33,69 +33,6 @@ from kbflow.stores import Hit, SearchFilter, open_store  # noqa: E402
 from kbflow.stores.factory import store_uri  # noqa: E402
 
 
-def _config(config: KbConfig | str | Path | None, data_dir: str | Path | None) -> KbConfig:
-    if isinstance(config, KbConfig):
-        cfg = config.model_copy(update={"data_dir": data_dir if is_url(str(data_dir)) else Path(data_dir)}) \
-            if data_dir else config
-    else:
-        cfg = load_config(config, data_dir=data_dir)
-    check_data_dir(cfg)
-    return cfg
-
-
-def check_data_dir(config: KbConfig) -> None:
-    """A data dir that exists must be a folder (one that does not is created by the first write)."""
-    path = config.data_dir
-    if not is_url(str(path)) and Path(path).exists() and not Path(path).is_dir():
-        raise ConfigError(f"data dir {str(path)!r} is a file, not a folder: kbflow keeps its stores, state and run "
-                          "snapshots in a folder; pass a folder (created if missing) with --data-dir or the config's "
-                          "data_dir")
-
-
-def orchestration(config: KbConfig) -> str:
-    """'prefect' or 'direct': how a write runs under ``config``.
-
-    ``auto`` picks a Prefect flow run when a Prefect server is configured (``PREFECT_API_URL``): scheduled, UI and CI
-    runs, and anyone watching the UI, see the run with its task runs, artifacts and logs. Without a server a flow
-    run would first start a temporary one (15-30 s per process here, its records discarded at exit, a process
-    that a SIGKILL orphans), so the engine runs in this process instead: same stages, retries, snapshots and
-    summary, in about a second for a no-op. Process pools and Dask clusters are Prefect task runners, so
-    ``runner.kind`` other than threads always runs as a flow."""
-    choice = config.flow.orchestrator
-    if choice == "auto":
-        return "prefect" if os.environ.get("PREFECT_API_URL") or config.runner.kind != "threads" else "direct"
-    return choice
-
-
-def _as_flow_run(run):
-    """``run()`` (which calls a flow) reporting to the configured Prefect server, or to a temporary one that dies
-    with this process (``kbflow.tasks.server``) when none is configured; run logs go to the API only."""
-    from prefect.settings import PREFECT_API_URL
-
-    from kbflow.tasks.artifacts import run_logs_to_api_only
-    from kbflow.tasks.server import temporary_server
-
-    run_logs_to_api_only()
-    if PREFECT_API_URL.value():  # the environment, a Prefect profile, or a test harness
-        return run()
-    with temporary_server():
-        return run()
-
-
-def _run_ingest(config: KbConfig, job: IngestJob) -> dict:
-    if orchestration(config) == "direct":
-        return run_engine_ingest(config, job)
-    set_quiet_offline_defaults()  # a flow run starts here: Prefect's settings (importing kbflow sets no variables)
-    from kbflow.flows.ingest import ingest as ingest_flow
-    from kbflow.tasks.runners import with_task_runner
-
-    flow = with_task_runner(ingest_flow, config)  # threads, processes or dask, as configured
-    return _as_flow_run(lambda: flow(sources=job.sources, namespace=job.namespace, texts=job.texts or None,
-                                     dry_run=job.dry_run, force=job.force, allow_mass_delete=job.allow_mass_delete,
-                                     config=config, add_only=job.add_only,
-                                     roots=list(job.roots) or None))
-
-
 def ingest(sources: list[str] | None, namespace: str | None = None, config: KbConfig | str | Path | None = None,
            data_dir: str | Path | None = None, dry_run: bool = False, force: bool = False,
            allow_mass_delete: bool = False) -> dict:
@@ -106,8 +43,8 @@ def ingest(sources: list[str] | None, namespace: str | None = None, config: KbCo
                               "would mean the current directory)")
         if not is_url(source) and not Path(source).exists():  # fail before any work (a URL: at its listing)
             raise ConfigError(f"source {str(source)!r} does not exist: pass an existing file or folder")
-    cfg = _config(config, data_dir)
-    return _run_ingest(cfg, IngestJob([str(s) for s in sources] if sources else None, namespace,
+    cfg = resolve_config(config, data_dir)
+    return run_ingest(cfg, IngestJob([str(s) for s in sources] if sources else None, namespace,
                                              dry_run=dry_run, force=force, allow_mass_delete=allow_mass_delete))
 
 
@@ -120,7 +57,7 @@ def add_document(path: str | Path, namespace: str | None = None, config: KbConfi
     leads out of these folders is not read."""
     if not str(path).strip() or not (is_url(path) or Path(path).exists()):
         raise ConfigError(f"document {str(path)!r} does not exist: pass an existing file or folder")
-    return _run_ingest(_config(config, data_dir), IngestJob([str(path)], namespace, force=force, add_only=True,
+    return run_ingest(resolve_config(config, data_dir), IngestJob([str(path)], namespace, force=force, add_only=True,
                                                             roots=tuple(roots)))
 
 
@@ -131,21 +68,21 @@ def add_text(text: str, doc_id: str, namespace: str | None = None, config: KbCon
         raise ConfigError("add_text got an empty text; pass the text to add")
     if not doc_id.strip():
         raise ConfigError("add_text needs a non-empty doc_id")
-    return _run_ingest(_config(config, data_dir), IngestJob([], namespace, [{"doc_id": doc_id, "text": text}]))
+    return run_ingest(resolve_config(config, data_dir), IngestJob([], namespace, [{"doc_id": doc_id, "text": text}]))
 
 
 def reembed(namespace: str, model: str, config: KbConfig | str | Path | None = None,
             data_dir: str | Path | None = None, eval_beir: str | Path | None = None,
             max_ndcg_drop: float = 0.0) -> dict:
     """Re-embed a namespace's chunks with ``model`` into a new table; switch only when complete."""
-    cfg = _config(config, data_dir)
+    cfg = resolve_config(config, data_dir)
     beir = str(eval_beir) if eval_beir else None
     if orchestration(cfg) == "direct":
-        return run_engine_reembed(cfg, namespace, model, beir, max_ndcg_drop)
+        return run_engine_reembed(cfg, namespace, model, beir, max_ndcg_drop, ingest=ingest_sources)
     set_quiet_offline_defaults()  # a flow run starts here
     from kbflow.flows.reembed import reembed as reembed_flow
 
-    return _as_flow_run(lambda: reembed_flow(namespace=namespace, model=model, eval_beir=beir,
+    return as_flow_run(lambda: reembed_flow(namespace=namespace, model=model, eval_beir=beir,
                                              max_ndcg_drop=max_ndcg_drop, config=cfg))
 
 
@@ -155,7 +92,7 @@ def search(query: str, namespace: str | None = None, limit: int | None = None, m
     """Best chunks for ``query`` (mode: vector, bm25, hybrid, rerank; scores in the mode's unit, see
     kbflow.search.searcher); hits under ``min_score`` are dropped. Opens the namespace for this one call: use
     ``kbflow.KnowledgeBase`` or ``Searcher`` for many queries."""
-    cfg = _config(config, data_dir)
+    cfg = resolve_config(config, data_dir)
     return Searcher(cfg, namespace).search(query, mode, limit, min_score, where, expand)
 
 
@@ -167,14 +104,14 @@ def ask(question: str, namespace: str | None = None, config: KbConfig | str | Pa
     question chooses its retrieval rounds (``kbflow.search.agentic``), returned as ``trace``."""
     from kbflow.search.ask import ask as ask_question
 
-    return ask_question(Searcher(_config(config, data_dir), namespace), question, mode, where, expand,
+    return ask_question(Searcher(resolve_config(config, data_dir), namespace), question, mode, where, expand,
                         on_token=on_token, agentic=agentic)
 
 
 def stats(namespace: str | None = None, config: KbConfig | str | Path | None = None,
           data_dir: str | Path | None = None) -> dict:
     """Documents, chunks, model, dimension, store size and last run of one namespace."""
-    cfg = _config(config, data_dir)
+    cfg = resolve_config(config, data_dir)
     namespace = check_namespace(namespace or cfg.namespace)
     state = NamespaceState(cfg.data_dir, namespace)
     meta = state.meta() or {}
@@ -200,7 +137,7 @@ def namespaces(config: KbConfig | str | Path | None = None, data_dir: str | Path
     """Every namespace of the data dir with its documents, chunks, model and last run (``kbflow namespaces``)."""
     from kbflow.state.manifest import namespaces as names
 
-    cfg = _config(config, data_dir)
+    cfg = resolve_config(config, data_dir)
     return [stats(name, cfg) for name in names(cfg.data_dir)]
 
 
@@ -210,7 +147,7 @@ def require_namespace(namespace: str | None, config: KbConfig | str | Path | Non
     (a typo must not look like an empty namespace)."""
     from kbflow.state.manifest import namespaces as names
 
-    cfg = _config(config, data_dir)
+    cfg = resolve_config(config, data_dir)
     name = check_namespace(namespace or cfg.namespace)
     if NamespaceState(cfg.data_dir, name).meta() is None:
         known = names(cfg.data_dir)
@@ -224,7 +161,7 @@ def clear(namespace: str, config: KbConfig | str | Path | None = None, data_dir:
     """Empty one namespace: its store table and its state. Other namespaces are untouched.
 
     Refused while an ingest of the namespace runs (it holds the namespace lock)."""
-    cfg = _config(config, data_dir)
+    cfg = resolve_config(config, data_dir)
     namespace = check_namespace(namespace)
     state = NamespaceState(cfg.data_dir, namespace)
     meta = state.meta() or {}
@@ -245,7 +182,7 @@ def verify(namespace: str | None = None, config: KbConfig | str | Path | None = 
     affected documents (under the namespace lock) so the next ingest re-runs them."""
     from kbflow.verify import verify as run_verify
 
-    cfg = _config(config, data_dir)
+    cfg = resolve_config(config, data_dir)
     namespace = check_namespace(namespace or cfg.namespace)
     if not repair:
         return run_verify(cfg, namespace).to_dict()

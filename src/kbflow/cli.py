@@ -369,7 +369,8 @@ def evaluate(
     from kbflow.evaluate import eval_beir
 
     try:
-        result = eval_beir(beir, config, data_dir, max_queries=max_queries, modes=mode, ingest=not no_ingest)
+        result = eval_beir(beir, config, data_dir, max_queries=max_queries, modes=mode,
+                           ingest=None if no_ingest else api.ingest)
     except KbflowError as exc:
         _fail(exc, as_json)
     if as_json:
@@ -737,7 +738,7 @@ def mcp(
     stdio by default. Clients reach only the folders and URL prefixes you allow. See docs/agents.md and
     docs/security.md."""
     try:
-        cfg = api._config(config, data_dir)
+        cfg = api.resolve_config(config, data_dir)
         cfg = cfg.model_copy(update={"mcp": cfg.mcp.model_copy(update={
             "roots": [*cfg.mcp.roots, *roots], "allow_sources": [*cfg.mcp.allow_sources, *allow_sources],
             "allowed_hosts": [*cfg.mcp.allowed_hosts, *allowed_hosts]})})

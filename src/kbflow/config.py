@@ -293,38 +293,39 @@ class SearchConfig(_Section):
         "BM25 score ≥ 0 (bm25), fused score (hybrid: RRF sum ≤ 2/(rrf_k+1), weighted 0..1), reranker score (rerank), "
         "hybrid's fused score (graph). Empty keeps every hit.")
     mode: Literal["vector", "bm25", "hybrid", "rerank", "graph"] = Field(
-        "hybrid", description="Default search mode. Hybrid (vector + BM25) with the default fusion is never more "
-        "than 0.4 points of nDCG@10 below the better of its two inputs on five dev sets x two models, and above it "
-        "on eight of the ten (docs/retrieval.md).")
+        "hybrid", description="Default search mode. Hybrid (vector + BM25, merged as search.fusion says) stays close "
+        "to the better of its two inputs on every measured set and is often above it (figures per mode and set: "
+        "docs/retrieval.md).")
     fusion: Literal["rrf", "weighted", "trusted"] = Field(
         "weighted", description="How hybrid merges vector and BM25 candidates: 'weighted' min-max-scaled sum (the "
-        "measured default), 'trusted' the same sum with BM25's share lowered per query when its first ten hits "
+        "default), 'trusted' the same sum with BM25's share lowered per query when its first ten hits "
         "share few chunks with the vector list's (down to bm25_floor of it), or 'rrf' reciprocal rank fusion "
-        "(lost up to 3.7 points to its better input).")
+        "(how the default was chosen: docs/retrieval.md).")
     bm25_floor: float = Field(0.2, ge=0, le=1, description="Trusted fusion: the part of BM25's share it keeps when "
                               "its first ten hits share no chunk with the vector list's (full share from three "
                               "in common).")
     rrf_k: int = Field(60, ge=1, description="RRF constant: score = sum of 1/(rrf_k + rank).")
     vector_weight: float = Field(0.5, ge=0, le=1, description="Weighted fusion: share of the min-max-scaled vector "
-                                 "score; BM25 gets the rest. 0.5 (equal shares): weights fitted to sets that reward exact "
-                                 "words (0.3-0.4) lost 4-12 points on natural questions (docs/retrieval.md).")
+                                 "score; BM25 gets the rest. 0.5: equal shares, because a weight fitted to one kind of "
+                                 "question set does not carry over to others (docs/retrieval.md).")
     candidates: int = Field(50, ge=1, le=2000, description="Candidates fetched from each of vector and BM25 for hybrid.")
     vector_index_min_rows: int = Field(
         10_000, ge=1, description="LanceDB builds an ANN vector index once a namespace holds this many chunks "
         "(below it an exact scan is fast: see docs/bench/search.json).")
     vector_index_type: Literal["IVF_HNSW_SQ", "IVF_PQ", "IVF_FLAT", "IVF_HNSW_FLAT"] = Field(
         "IVF_FLAT", description="LanceDB ANN index type, built with sqrt(rows) partitions and trained again as the "
-        "table grows fourfold. IVF_FLAT (exact vectors in each partition): recall@10 0.995 at 1M rows with nprobes 20, "
-        "built in ~1 min; IVF_HNSW_SQ, the previous default, gave 0.68 there and took 7.6 min (docs/retrieval.md).")
+        "table grows fourfold. IVF_FLAT (the default) keeps exact vectors in each partition, so recall depends only "
+        "on ann_nprobes; the quantized types trade recall for size (recall and build time per type: "
+        "docs/retrieval.md, Search benchmark).")
     ann_nprobes: int = Field(20, ge=1, description="IVF partitions searched per query (LanceDB): with sqrt(rows) "
                              "partitions a query reads ~nprobes x sqrt(rows) vectors.")
-    ann_ef: int = Field(128, ge=1, description="HNSW candidate list size per query (LanceDB IVF_HNSW_* only). 128: "
-                        "recall@10 at 1M rows 0.61 -> 0.68 over 64 with the previous IVF_HNSW_SQ default "
-                        "(`kbflow bench search`'s ANN sweep, docs/retrieval.md).")
+    ann_ef: int = Field(128, ge=1, description="HNSW candidate list size per query (LanceDB IVF_HNSW_* only): larger "
+                        "finds more of the true neighbours for more time per query (`kbflow bench search`'s ANN "
+                        "sweep, docs/retrieval.md).")
     ann_refine_factor: int | None = Field(
         None, ge=1, description="LanceDB: fetch refine_factor x k candidates from the vector index and re-rank them by "
-        "their full vectors (undoes the scalar quantization's error); empty: off. 2 lifted recall@10 at 100k rows from "
-        "0.96 to 0.98 but not at 1M (0.61 -> 0.62), for 2-8 ms more (docs/retrieval.md).")
+        "their full vectors (undoes the scalar quantization's error); empty: off. What it gains per table size: "
+        "docs/retrieval.md.")
     bm25_k1: float = Field(1.2, gt=0, description="BM25 k1 of Qdrant's sparse vectors (LanceDB uses its own 1.2).")
     bm25_b: float = Field(0.75, ge=0, le=1, description="BM25 b of Qdrant's sparse vectors (LanceDB uses its own 0.75).")
     bm25_avg_len: float = Field(120.0, gt=0, description="Qdrant BM25: assumed mean words per chunk (fixed at write time).")

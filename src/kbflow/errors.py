@@ -36,6 +36,11 @@ class ConfigError(PermanentError):
     """The configuration is invalid; the message names the field and the fix."""
 
 
+class LlmNotConfigured(ConfigError):
+    """No chat model is configured (no endpoint or key in the environment, no local model file): ask, agentic
+    ask, mqe and hyde cannot run."""
+
+
 class ConversionError(PermanentError):
     """A source file could not be turned into Markdown."""
 

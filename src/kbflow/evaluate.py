@@ -1,7 +1,8 @@
 """Retrieval quality on a labelled set in BEIR layout: nDCG@10, Recall@10, Recall@100, MRR@10.
 
-The corpus goes through the real pipeline (written out as Markdown files, ingested by the flow into a
-namespace of its own); each query is searched like a user's, chunk hits collapse to their best-ranked document.
+The corpus goes through the real pipeline (written out as Markdown files, ingested into a namespace of its own by
+the ingest the caller hands in: ``kbflow.api.ingest`` from the CLI, ``kbflow.orchestrate.ingest_sources`` from a
+reembed's quality check); each query is searched like a user's, chunk hits collapse to their best-ranked document.
 """
 
 from __future__ import annotations
@@ -13,10 +14,17 @@ import shutil
 import tempfile
 import time
 from pathlib import Path, PurePosixPath
+from typing import Callable
 
-from kbflow import api
+from kbflow.config import KbConfig
+from kbflow.engine.store_check import stored_ids
 from kbflow.errors import ConfigError
+from kbflow.resolve import resolve_config
 from kbflow.search.searcher import MODES, Searcher
+from kbflow.state.manifest import NamespaceState
+
+# (sources, namespace, config) -> the run summary: how the corpus is ingested (kbflow.api.ingest fits)
+IngestCorpus = Callable[[list[str], str, KbConfig], dict]
 
 SEARCH_DEPTH = 200  # chunks retrieved per query, enough for Recall@100 over documents
 
@@ -98,14 +106,15 @@ def _write_corpus(corpus: dict[str, dict], folder: Path, beir: Path) -> dict[str
 
 
 def eval_beir(folder: Path, config=None, data_dir: str | Path | None = None, namespace: str | None = None,
-              max_queries: int | None = None, modes: list[str] | None = None, ingest: bool = True) -> dict:
-    """Ingest (incrementally: a kept data dir makes a repeat cheap), then score every mode over that one ingest.
+              max_queries: int | None = None, modes: list[str] | None = None, *, ingest: IngestCorpus | None) -> dict:
+    """Ingest with ``ingest`` (incrementally: a kept data dir makes a repeat cheap), then score every mode over that
+    one ingest.
 
-    ``ingest=False`` scores what an earlier (possibly interrupted) ingest into ``data_dir`` stored: the corpus is
+    ``ingest=None`` scores what an earlier (possibly interrupted) ingest into ``data_dir`` stored: the corpus is
     cut to the stored documents and the queries to those with a relevant stored document (``subset`` in the result).
     """
     corpus, queries, qrels = load_beir(folder)
-    if not ingest and data_dir is None:
+    if ingest is None and data_dir is None:
         raise ConfigError("evaluating without ingesting needs --data-dir: the folder of the earlier ingest")
     for mode in modes or ["vector"]:
         if mode not in MODES:
@@ -116,8 +125,6 @@ def eval_beir(folder: Path, config=None, data_dir: str | Path | None = None, nam
 
 
 def _stored_subset(corpus, qrels, paths: dict[str, str], data_dir: str | Path, namespace: str):
-    from kbflow.state.manifest import NamespaceState
-
     stored = {paths[p] for p in NamespaceState(data_dir, namespace).read_manifest().column("source_path").to_pylist()
               if p in paths}
     if not stored:
@@ -128,23 +135,25 @@ def _stored_subset(corpus, qrels, paths: dict[str, str], data_dir: str | Path, n
 
 
 def _eval(corpus, queries, qrels, folder: Path, work: Path, config, data_dir, namespace, max_queries, modes,
-          ingest=True) -> dict:
+          ingest: IngestCorpus | None) -> dict:
     data_dir = data_dir or work / "data"  # a URL stays a string
     namespace = namespace or "eval-" + "".join(c if c.isalnum() else "-" for c in folder.name)[:40]
     paths = _write_corpus(corpus, work / "corpus", Path(folder))
     started = time.perf_counter()
     subset = None
-    if ingest:
-        summary = api.ingest([work / "corpus"], namespace, config, data_dir)
+    chunks = None
+    if ingest is not None:
+        summary = ingest([str(work / "corpus")], namespace, resolve_config(config, data_dir))
         chunks = summary["store"]["count"]
     else:
         full = len(corpus)
         corpus, qrels = _stored_subset(corpus, qrels, paths, data_dir, namespace)
         subset = {"documents": len(corpus), "of_documents": full}
-        chunks = api.stats(namespace, config, data_dir)["chunks"]
     ingest_s = time.perf_counter() - started
     labelled = [q for q in queries if q in qrels][: max_queries or None]
-    searcher = Searcher(api._config(config, data_dir), namespace)  # opened once for every query and mode
+    searcher = Searcher(resolve_config(config, data_dir), namespace)  # opened once for every query and mode
+    if chunks is None:  # the rows' ids, not the table's recorded count (as ``kbflow stats`` counts them)
+        chunks = stored_ids(searcher.store, namespace).num_rows if searcher.store is not None else 0
     runs = [_run_mode(searcher, mode, queries, labelled, qrels, paths) for mode in modes]
     settings = searcher.config
     return {"dataset": str(folder), "namespace": namespace, "documents": len(corpus), "queries": len(labelled),

@@ -19,7 +19,7 @@ from kbflow.stores import Hit, SearchFilter
 class KnowledgeBase:
     def __init__(self, namespace: str | None = None, config: KbConfig | str | Path | None = None,
                  data_dir: str | Path | None = None):
-        self.config = api._config(config, data_dir)
+        self.config = api.resolve_config(config, data_dir)
         self.namespace = check_namespace(namespace or self.config.namespace)
         self._searcher: Searcher | None = None
 

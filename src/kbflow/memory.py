@@ -2,14 +2,12 @@
 
 An ingest frees each batch's tables, vectors and LanceDB's working buffers when the batch is written, but glibc's
 allocator keeps freed pages in per-thread arenas (up to 8 per core), so the resident set ratchets up to the
-largest moment of every thread rather than of the run. Measured on an emulation of an ingest's store traffic
-(17k chunks of the Python manual, 512-d vectors, batches of 3,300, LanceDB writes and index upkeep only):
-resident memory after the last batch 828 MB as is, 691 MB with ``malloc_trim`` after each batch; peak 868 MB
-as is, 714 MB with at most two arenas (``MALLOC_ARENA_MAX=2``). Dask's workers trim for the same reason.
+largest moment of every thread rather than of the run. ``trim`` after each batch hands the freed pages back, and
+``limit_arenas`` keeps the process to two arenas (``MALLOC_ARENA_MAX=2``); Dask's workers trim for the same reason.
 
 Arrow's own jemalloc pool keeps freed buffers out of glibc's reach, so kbflow's processes allocate Arrow
-buffers from the C allocator (``ARROW_DEFAULT_MEMORY_POOL=system``, kbflow.environment): in an in-process
-ingest of 265 pages in 25-document batches, resident memory grew 57 MB over batches 2-11 instead of 114 MB.
+buffers from the C allocator (``ARROW_DEFAULT_MEMORY_POOL=system``, kbflow.environment). What each of these saves,
+measured, is in docs/reliability.md (the memory of a long ingest).
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ def _vector_cache(uri: str, model_id: str, dimension: int):
 
 
 def _reduce_vector_cache(cache):
-    return _vector_cache, (cache._db.uri, cache.model_id, cache.dimension)
+    return _vector_cache, (cache.uri, cache.model_id, cache.dimension)
 
 
 def _lance_store(uri: str, namespace: str, dimension: int):

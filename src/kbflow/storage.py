@@ -15,7 +15,7 @@ import shutil
 import uuid
 from pathlib import Path
 
-from kbflow.convert.objects import is_url
+from kbflow.urls import is_url
 
 TMP_SUFFIX = ".tmp-kbflow"
 

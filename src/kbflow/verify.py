@@ -18,7 +18,7 @@ re-runs exactly those documents (their vectors from the vector cache).
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -77,7 +77,7 @@ def verify(config: KbConfig, namespace: str, repair: bool = False) -> Report:
         findings.append(Finding("namespace.json", str(exc)))
         if not repair:
             return Report(namespace, "", dict(EMPTY_COUNTS), findings)
-        meta = heal.rewrite_meta(config, state)
+        meta = rewrite_meta(config, state)
         healed["namespace.json"] = f"rewritten: {meta['model_id']} (dim {meta['dimension']})"
     if meta is None:
         raise ConfigError(f"namespace {namespace!r} does not exist under {config.data_dir}; nothing to verify")
@@ -220,3 +220,27 @@ def _repair(state: NamespaceState, store, cache: VectorCache, findings: list[Fin
     state.update_manifest(MANIFEST.empty_table(), affected)
     return {"documents_forgotten": len(affected), "rows_deleted": deleted, "cache_rows_deleted": len(bad_keys),
             "next": "run `kbflow ingest` over the namespace's sources: it re-runs exactly these documents"}
+
+
+def rewrite_meta(config: KbConfig, state: NamespaceState) -> dict:
+    """namespace.json from what the namespace holds: its model id from the manifest (or the last run, or the
+    configured embedder), its dimension from that model; the store table is the namespace's own."""
+    model_id = None
+    for read in (lambda: state.read_manifest().column("model_id").to_pylist(),
+                 lambda: [(state.last_run() or {}).get("model_id")]):
+        try:
+            known = Counter(value for value in read() if value)
+        except StateDamaged:
+            continue
+        if known:
+            model_id = known.most_common(1)[0][0]
+            break
+    embedder = get_embedder(for_namespace(config.embedder, {"model_id": model_id} if model_id else None))
+    if model_id is not None and embedder.model_id != model_id:
+        raise ConfigError(f"namespace {state.namespace!r} was built with {model_id}, which is not the configured "
+                          f"embedder ({embedder.model_id}); name that model in the config (embedder.backend, "
+                          "embedder.model) and run `kbflow verify --repair` again")
+    model_id, dimension = embedder.model_id, embedder.dimension
+    meta = {"model_id": model_id, "dimension": dimension, "created": "rebuilt-by-verify"}
+    state.write_meta(meta)
+    return meta

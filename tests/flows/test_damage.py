@@ -53,7 +53,7 @@ def _contents(config, data) -> tuple[list, int]:
     from kbflow.state.manifest import NamespaceState
     from kbflow.stores import open_store
 
-    cfg = api._config(config, data)
+    cfg = api.resolve_config(config, data)
     state = NamespaceState(data, "default")
     rows = open_store(cfg, state.store_namespace(), 384).rows(["chunk_id", "doc_id", "text"]).to_pylist()
     return rows, state.read_manifest().num_rows

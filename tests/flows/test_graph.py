@@ -152,7 +152,7 @@ def test_eval_on_source_files_keeps_their_links_for_graph_search(tmp_path, monke
     (beir / "qrels").mkdir()
     (beir / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\truntime-config-preset.html\t1\n")
     monkeypatch.setenv("KBFLOW__GRAPH__ENABLED", "true")
-    result = eval_beir(beir, data_dir=tmp_path / "data", modes=["hybrid", "graph"])
+    result = eval_beir(beir, data_dir=tmp_path / "data", modes=["hybrid", "graph"], ingest=api.ingest)
     assert result["documents"] == 4 and [run["mode"] for run in result["runs"]] == ["hybrid", "graph"]
     assert all(run["metrics"]["recall@10"] == 1.0 for run in result["runs"])  # four pages: both find it
     stored = GraphStore(tmp_path / "data" / "lancedb", result["namespace"]).rows().to_pylist()
@@ -161,7 +161,7 @@ def test_eval_on_source_files_keeps_their_links_for_graph_search(tmp_path, monke
 
     (beir / "corpus.jsonl").write_text(json.dumps({"_id": "x", "file": "../outside.html"}) + "\n")
     with pytest.raises(ConfigError, match="not a file inside"):
-        eval_beir(beir, data_dir=tmp_path / "data2", modes=["hybrid"])
+        eval_beir(beir, data_dir=tmp_path / "data2", modes=["hybrid"], ingest=api.ingest)
 
 
 def test_entities_and_relations_from_the_chat_model_are_extracted_once_per_text_and_followed(manual, tmp_path,

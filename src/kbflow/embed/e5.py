@@ -8,8 +8,8 @@ one fp16 scale, 4-bit values minus 8), biases, LayerNorms, the 512 position rows
 That is the whole model: this module dequantises the blocks (exactly: value x scale) and runs the same BERT
 forward pass (post-LayerNorm, exact-erf GELU, mean pooling over every token, <s> and </s> included, L2), with
 fp32 activations where the package's C engine rounds them to int8 before every matrix product. Vectors agree
-with the package's at cosine >= 0.9999 (tests/unit/test_e5.py); the C engine is slow (one thread per text, int8
-x int4 dot products), a batched GEMM is not.
+with the package's at cosine >= 0.9999 (tests/unit/test_e5.py). The C engine runs one thread per text with int8
+x int4 dot products; this module runs batched matrix products instead.
 
 Tokenizer: the package's own, rebuilt from the vocabulary in the file: its normalisation map applied per code
 point, runs of spaces collapsed, a leading space added, spaces as U+2581, then Viterbi over the unigram pieces on
@@ -20,15 +20,12 @@ Counts are therefore the package's (``E5.token_count``): 512 tokens at most, <s>
 
 Precisions (part of the ``model_id``):
 
-* ``fp32`` (default): any CPU. ~5x the package's engine's texts/s on 2 cores, cosine >= 0.9999 to its vectors.
-* ``bf16``: bfloat16 (cosine ~0.9999 to fp32, >= 0.9998 to the package), twice fp32's speed, but only on CPUs
-  with AMX (Intel Sapphire Rapids and later); elsewhere bf16 matrix products are slower than fp32 (1.2-5x,
-  measured), so it is refused there.
+* ``fp32`` (default): any CPU.
+* ``bf16``: bfloat16 matrix products, only where the CPU has AMX tiles (``bf16_is_fast``: Intel Sapphire Rapids
+  and later); elsewhere bf16 is slower than fp32, so it is refused there.
 
-Not offered: onnxruntime's dynamic int8 (quantize_dynamic on an ONNX graph of the dequantised model). It was
-only ~15 % faster than fp32 here, its worst cosine to the package was 0.992-0.996 (0.998 with the FFN output
-products left in fp32), and its per-tensor activation scale makes a text's vector depend on the texts batched
-with it (cosine 0.997 between two batchings); one text per pass fixes that but is slower than fp32.
+onnxruntime's dynamic int8 is not offered: its per-tensor activation scale makes a text's vector depend on the
+texts batched with it. Speeds and agreement of each precision, measured: docs/embedding.md (the e5 backend).
 """
 
 from __future__ import annotations
@@ -320,7 +317,8 @@ class TorchEngine:
 
 
 def bf16_is_fast() -> bool:
-    """bf16 matrix products beat fp32 only with AMX tiles (measured: 0.5x the time with AMX, 1.2-5x without)."""
+    """Whether bf16 matrix products beat fp32 here: only with AMX tiles the kernel grants (docs/embedding.md has
+    the measured times)."""
     import torch
 
     try:

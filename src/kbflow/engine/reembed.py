@@ -30,6 +30,7 @@ from kbflow.engine import stages
 from kbflow.engine.embedding import embed_with_cache
 from kbflow.engine.runner import DirectRunner, StageRunner
 from kbflow.errors import ConfigError, EmbeddingError
+from kbflow.evaluate import IngestCorpus, eval_beir
 from kbflow.schemas import store_schema
 from kbflow.state.lock import namespace_lock
 from kbflow.state.manifest import NamespaceState
@@ -53,10 +54,15 @@ def target_embedder_config(model: str) -> EmbedderConfig:
 
 
 def reembed(config: KbConfig, namespace: str, model: str, eval_beir: str | None = None, max_ndcg_drop: float = 0.0,
-            runner: StageRunner | None = None) -> dict:
+            runner: StageRunner | None = None, ingest: IngestCorpus | None = None) -> dict:
     """Re-embed every chunk of ``namespace`` with ``model`` into a new table; switch only when complete and, with
     ``eval_beir``, only when the new model's nDCG@10 on that labelled set is at most ``max_ndcg_drop`` below the
-    current model's. Without ``runner`` the embed calls run in this process."""
+    current model's. Without ``runner`` the embed calls run in this process. ``ingest`` runs the quality check's
+    ingests of the labelled set (``kbflow.orchestrate.ingest_sources`` for the API and the reembed flow): the
+    engine is handed how an ingest runs, it does not choose."""
+    if eval_beir and ingest is None:
+        raise ValueError("reembed with eval_beir needs ingest=: the callable that ingests the labelled set "
+                         "(kbflow.orchestrate.ingest_sources)")
     started = time.perf_counter()
     namespace = check_namespace(namespace)
     target = target_embedder_config(model)
@@ -74,7 +80,8 @@ def reembed(config: KbConfig, namespace: str, model: str, eval_beir: str | None 
                "chunks": 0, "embedded": 0, "reused": 0, "failures": []}
     try:
         with namespace_lock(state.root, namespace, config.flow.lock_wait_s):
-            _reembed(config, target_config, state, meta, embedder, eval_beir, max_ndcg_drop, runner, summary)
+            _reembed(config, target_config, state, meta, embedder, eval_beir, max_ndcg_drop, runner, summary,
+                     ingest)
     finally:
         if own_runner:
             runner.close()
@@ -82,7 +89,8 @@ def reembed(config: KbConfig, namespace: str, model: str, eval_beir: str | None 
 
 
 def _reembed(config: KbConfig, target_config: KbConfig, state: NamespaceState, meta: dict, embedder,
-             eval_beir: str | None, max_ndcg_drop: float, runner: StageRunner, summary: dict) -> None:
+             eval_beir: str | None, max_ndcg_drop: float, runner: StageRunner, summary: dict,
+             ingest: IngestCorpus | None) -> None:
     namespace = state.namespace
     live = open_store(config, state.store_namespace(), meta["dimension"])
     rows = live.rows([name for name in store_schema(meta["dimension"]).names if name != "vector"])
@@ -108,7 +116,7 @@ def _reembed(config: KbConfig, target_config: KbConfig, state: NamespaceState, m
         raise ConfigError(f"the new table {new_namespace!r} holds {target_store.count()} chunks, the live one "
                           f"{live.count()}; the namespace was not switched. Run reembed again")
     if eval_beir:
-        summary["eval"] = _eval_gate(config, target_config.embedder, meta["model_id"], Path(eval_beir))
+        summary["eval"] = _eval_gate(config, target_config.embedder, meta["model_id"], Path(eval_beir), ingest)
         if summary["eval"]["new"] < summary["eval"]["old"] - max_ndcg_drop:
             target_store.clear()  # not live, not kept: its vectors stay in the cache for another try
             summary["failures"].append({"stage": "reembed-eval", "error_type": "EvalGate", "message":
@@ -121,11 +129,10 @@ def _reembed(config: KbConfig, target_config: KbConfig, state: NamespaceState, m
     log.info("namespace %s now uses %s (%s chunks)", namespace, embedder.model_id, summary["chunks"])
 
 
-def _eval_gate(config: KbConfig, target: EmbedderConfig, current_model_id: str, folder: Path) -> dict:
-    """nDCG@10 of the current and of the new model on a labelled BEIR set, each ingested through the real
-    pipeline in a temporary data dir (``kbflow eval``)."""
-    from kbflow.evaluate import eval_beir
-
+def _eval_gate(config: KbConfig, target: EmbedderConfig, current_model_id: str, folder: Path,
+               ingest: IngestCorpus) -> dict:
+    """nDCG@10 of the current and of the new model on a labelled BEIR set, each ingested by ``ingest`` (the real
+    pipeline) in a temporary data dir (``kbflow eval``)."""
     if get_embedder(for_namespace(config.embedder, {"model_id": current_model_id})).model_id != current_model_id:
         raise ConfigError("the eval gate compares with the namespace's current model: pass the --config that "
                           f"describes it ({current_model_id})")
@@ -137,7 +144,7 @@ def _eval_gate(config: KbConfig, target: EmbedderConfig, current_model_id: str, 
             settings = config.model_copy(update={"embedder": embedder_config}).model_dump(mode="json")
             settings.pop("data_dir", None)
             path.write_text(yaml.safe_dump(settings), encoding="utf-8")
-            result = eval_beir(folder, str(path), data_dir=Path(work) / f"data-{name}")
+            result = eval_beir(folder, str(path), data_dir=Path(work) / f"data-{name}", ingest=ingest)
             scores[name] = result["metrics"]["ndcg@10"]
     return scores
 

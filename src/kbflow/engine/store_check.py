@@ -63,7 +63,7 @@ def readable_cache(cache) -> str | None:
     """Heal an unreadable vector cache (restored, or emptied); what was done, or None when it read."""
     from kbflow.stores.lancedb_store import unreadable_reason
 
-    if not cache._exists() or unreadable_reason(cache.table, ["embed_sha256"]) is None:
+    if not cache.exists() or unreadable_reason(cache.table, ["embed_sha256"]) is None:
         return None
     done = heal.vector_cache(cache)
     log.warning("the vector cache %s could not be read: %s", cache.table_name, done)

@@ -24,6 +24,8 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 
+from kbflow.graph.llm_extract import fact_edges
+from kbflow.graph.terms import term_key
 from kbflow.schemas import EDGES
 
 GRAPH_VERSION = "2"  # 2: dotted names as words (os.path.join), signature keywords dropped
@@ -37,7 +39,6 @@ CODE_RE = re.compile(r"`([^`]+)`")
 SECTION_NUMBER_RE = re.compile(r"^(?:[A-Z]|\d+)(?:\.\d+)*\.\s+")  # "12.3. ", "E.5.1. " (the chunker's own rule)
 MARKUP_RE = re.compile(r"[*`\[\]]|\([^)]*\)$")  # emphasis, code, brackets; a trailing "(process)"
 MAX_TERM_CHARS = 80
-DOTTED_RE = re.compile(r"(?<=\w)\.(?=\w)")
 # what an API reference writes, emphasised, before a defined name (Sphinx: "*class* io.StringIO(...)",
 # "*exception* OSError"); a glossary's "class variable" or "coroutine function" is not emphasised and stays whole
 SIGNATURE_WORDS_RE = re.compile(r"^(?:\*(?:abstract|async|await|class|classmethod|coroutine|exception|final|property|"
@@ -55,12 +56,6 @@ def extractor_fingerprint(enabled: bool, llm_extractor: str | None = None) -> st
     if not enabled:
         return ""
     return f"{STRUCTURE}+{llm_extractor}" if llm_extractor else STRUCTURE
-
-
-def term_key(text: str) -> str:
-    """A term as queries are matched against it: lowercase; '_', '-' and a '.' between two word characters
-    (os.path.join, Path.stat) as spaces; single spaces."""
-    return " ".join(DOTTED_RE.sub(" ", re.sub(r"[_\-]+", " ", text.lower())).split())
 
 
 def defined_term(line: str) -> str | None:
@@ -124,8 +119,6 @@ def extract_edges(chunks: pa.Table, source_paths: dict[str, str], facts: dict[st
                   llm_extractor: str = "") -> pa.Table:
     """The graph stage over one batch: every edge out of its chunks (``source_paths``: doc id -> source path); with
     ``facts`` (text sha256 -> the LLM's entities and relations, ``kbflow.graph.llm_extract``) their edges too."""
-    from kbflow.graph.llm_extract import fact_edges
-
     rows: list[dict] = []
     seen_headings: set[tuple[str, tuple[str, ...]]] = set()
     columns = [chunks.column(name).to_pylist() for name in ("chunk_id", "doc_id", "heading_path", "text",

@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from kbflow import storage
 from kbflow.errors import KbflowError, PermanentError
-from kbflow.graph.extract import term_key
+from kbflow.graph.terms import term_key
 from kbflow.search.llm import parse_reply
 from kbflow.stores.lancedb_store import open_table_or_none, select_in
 

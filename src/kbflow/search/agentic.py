@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from kbflow.search.ask import source_label
+from kbflow.search.citations import source_label
 from kbflow.search.llm import parse_reply
 from kbflow.stores import Hit, SearchFilter
 

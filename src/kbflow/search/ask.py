@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 
 from kbflow.errors import ConfigError
+from kbflow.search.agentic import Agent
+from kbflow.search.citations import source_label
 from kbflow.search.searcher import Searcher
 from kbflow.stores import Hit, SearchFilter
 
@@ -14,11 +16,6 @@ SYSTEM = (
     "the sources do not answer it. Answer in the language of the question."
 )
 CITATION = re.compile(r"\[(\d+)\]")
-
-
-def source_label(hit: Hit) -> str:
-    heading = " > ".join(hit.heading_path)
-    return hit.source_path + (f" § {heading}" if heading else "")
 
 
 def build_messages(question: str, hits: list[Hit]) -> list[dict]:
@@ -58,8 +55,6 @@ def ask(searcher: Searcher, question: str, mode: str | None = None, where: Searc
     if agentic:
         if expand is not None:
             raise ConfigError("ask --agentic writes its own search queries: drop --expand")
-        from kbflow.search.agentic import Agent  # it cites as this module does: imported here, not at the top
-
         agent = Agent(searcher, mode, where)
         strategy, retrieved = agent.retrieve(question, limit)
         extra = {"strategy": strategy, "trace": agent.trace,

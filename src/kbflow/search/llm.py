@@ -9,12 +9,8 @@ import re
 import httpx
 
 from kbflow.config import LlmConfig
-from kbflow.errors import ConfigError, PermanentError
+from kbflow.errors import LlmNotConfigured, PermanentError
 from kbflow.search.remote import post_json
-
-
-class LlmNotConfigured(ConfigError):
-    """No endpoint or key in the environment: ask / mqe / hyde cannot run."""
 
 
 class ChatClient:

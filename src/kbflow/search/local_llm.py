@@ -20,15 +20,13 @@ from typing import Callable
 import httpx
 
 from kbflow.config import LlmConfig
-from kbflow.errors import ConfigError, PermanentError
+from kbflow.errors import ConfigError, LlmNotConfigured, PermanentError
 
 _servers: dict[tuple, tuple] = {}
 _lock = threading.Lock()
 
 
 def check_model_file(path: str | None) -> Path:
-    from kbflow.search.llm import LlmNotConfigured
-
     if not path:
         raise LlmNotConfigured("search.llm.kind is 'local' but search.llm.model_path is empty: set it to a GGUF chat "
                                "model file (docs/retrieval.md#answers-from-a-local-model names one that installs "

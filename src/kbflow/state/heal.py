@@ -8,21 +8,19 @@ readable, never invented. What each costs is in docs/reliability.md.
 * ``manifest.parquet``: rebuilt from the store (document, source path, chunk ids) with no source hash or stage
   fingerprints, so the next ingest re-checks every document instead of trusting it unchanged;
 * ``namespace.json``: the model from the manifest, the last run, or the vector cache that holds the stored texts,
-  with the dimension of the stored vectors;
+  with the dimension of the stored vectors (``kbflow.verify.rewrite_meta``: it needs the embedder, a stage this
+  layer does not import);
 * ``last_run.json``: removed (the next ingest writes it).
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
 
 from kbflow.config import KbConfig
-from kbflow.errors import ConfigError
 from kbflow.schemas import MANIFEST
-from kbflow.state.files import StateDamaged
 from kbflow.state.manifest import NamespaceState
 
 REBUILT_RUN_ID = "rebuilt-by-verify"  # the run id of manifest rows rebuilt from the store
@@ -102,30 +100,3 @@ def _source_paths(store, doc_ids: list[str]) -> dict[str, str]:
         return {}
     rows = store.rows(["doc_id", "source_path"])
     return dict(zip(rows.column("doc_id").to_pylist(), rows.column("source_path").to_pylist()))
-
-
-def rewrite_meta(config: KbConfig, state: NamespaceState) -> dict:
-    """namespace.json from what the namespace holds: its model id from the manifest (or the last run, or the
-    configured embedder), its dimension from that model; the store table is the namespace's own."""
-    from kbflow.embed import get_embedder
-    from kbflow.embed.choice import for_namespace
-
-    model_id = None
-    for read in (lambda: state.read_manifest().column("model_id").to_pylist(),
-                 lambda: [(state.last_run() or {}).get("model_id")]):
-        try:
-            known = Counter(value for value in read() if value)
-        except StateDamaged:
-            continue
-        if known:
-            model_id = known.most_common(1)[0][0]
-            break
-    embedder = get_embedder(for_namespace(config.embedder, {"model_id": model_id} if model_id else None))
-    if model_id is not None and embedder.model_id != model_id:
-        raise ConfigError(f"namespace {state.namespace!r} was built with {model_id}, which is not the configured "
-                          f"embedder ({embedder.model_id}); name that model in the config (embedder.backend, "
-                          "embedder.model) and run `kbflow verify --repair` again")
-    model_id, dimension = embedder.model_id, embedder.dimension
-    meta = {"model_id": model_id, "dimension": dimension, "created": "rebuilt-by-verify"}
-    state.write_meta(meta)
-    return meta

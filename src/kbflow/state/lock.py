@@ -12,33 +12,9 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from kbflow.errors import KbflowError
-
-
-class NamespaceLocked(KbflowError):
-    """Another live run holds the namespace."""
-
-
-def alive(pid: int) -> bool:
-    """Whether a process with this pid runs on this host."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def died_here(holder: dict) -> bool:
-    """Whether a lock's holder ran on this host and is no longer alive: its lock is taken over at once."""
-    return bool(holder) and holder.get("host") == socket.gethostname() and not alive(int(holder.get("pid", 0) or 0))
-
-
-def held_by(namespace: str, holder: dict) -> str:
-    """Who holds a namespace, in the words of the NamespaceLocked error."""
-    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(holder.get("started", 0)))
-    return f"namespace {namespace!r} is being ingested by pid {holder.get('pid')} on {holder.get('host')} since {started}"
+from kbflow.state.holders import NamespaceLocked, died_here, held_by
+from kbflow.state.object_lock import ObjectLock
+from kbflow.storage import is_remote, location
 
 
 def what_to_do(holder: dict, lock_path) -> str:
@@ -146,13 +122,9 @@ def namespace_lock(state_root, namespace: str, wait_s: float = DEFAULT_WAIT_S):
     is called before each store write). Writes from this process queue for up to ``wait_s`` seconds behind an
     in-process lock; then a lock file on a local (or NFS) data dir, a lease object (``object_lock.ObjectLock``) on
     object storage, refuses a writer of another process at once."""
-    from kbflow.storage import is_remote, location
-
     root = location(state_root)
     with _in_process(root, namespace, wait_s):
         if is_remote(root):
-            from kbflow.state.object_lock import ObjectLock
-
             lock = ObjectLock(str(root), namespace)
         else:
             lock = NamespaceLock(root, namespace)

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kbflow.errors import ModelMismatchError
+from kbflow.model_ids import backend_of_model
 from kbflow.schemas import MANIFEST
 from kbflow.state.files import META_KEYS, read_json, read_parquet
 from kbflow.state.snapshots import write_table
@@ -46,8 +47,6 @@ class NamespaceState:
         """A namespace keeps one model for life; using another is an error, never padding or cutting vectors."""
         meta = self.meta()
         if meta and (meta["model_id"] != model_id or meta["dimension"] != dimension):
-            from kbflow.embed.choice import backend_of_model
-
             backend = backend_of_model(meta["model_id"])
             hint = (f"set embedder.backend: {backend} in the config (or KBFLOW__EMBEDDER__BACKEND={backend}), "
                     if backend else "configure the namespace's model, ")

@@ -27,9 +27,9 @@ import threading
 import time
 import uuid
 
-from kbflow.convert.objects import filesystem
 from kbflow.errors import ConfigError
-from kbflow.state.lock import NamespaceLocked, died_here, held_by
+from kbflow.state.holders import NamespaceLocked, died_here, held_by
+from kbflow.urls import filesystem
 
 log = logging.getLogger(__name__)
 

@@ -7,22 +7,22 @@ searched (exactly), so a stale index costs time, never results; how much time di
 
 * an unindexed vector is one more dot product (10k of them: a few ms), so the vector index is updated when the
   rows written since its last build exceed ``INDEX_STALE_FRACTION`` of the table;
-* an unindexed row costs a full-text query about 11 µs (it is tokenized and scored on every query: 10k of them
-  took a 100k-row table's BM25 p50 from 11 ms to 127 ms), so the full-text index is updated once
+* an unindexed row is tokenized and scored on every full-text query, so the full-text index is updated once
   ``FTS_STALE_ROWS`` rows wait outside it, whatever the table's size.
 
-Both updates are one ``optimize`` (about 4 s at 100k rows, against minutes of embedding per document batch).
+Both updates are one ``optimize``, cheap beside the embedding of a document batch. What a stale index costs,
+measured: docs/retrieval.md (Search: modes, filters, hybrid, rerank, ask).
 
 The vector index is IVF (default IVF_FLAT) with ``ann_partitions(rows)`` = √rows partitions, so a query that
 probes ``ann_nprobes`` of them reads ~nprobes·√rows vectors: its cost grows with the root of the table, and recall
-stays put (1M rows: recall@10 0.995 at nprobes 20, docs/retrieval.md). Rows written later are folded into the
-partitions the index was trained with, which then grow; once the table holds ``ANN_RETRAIN_GROWTH`` times the
-rows of its last training the index is trained again (1M rows of 384-d: about a minute). The partition count is
+stays put as the table grows (recall per table size: docs/retrieval.md, Search benchmark). Rows written later are
+folded into the partitions the index was trained with, which then grow; once the table holds
+``ANN_RETRAIN_GROWTH`` times the rows of its last training the index is trained again. The partition count is
 in the index's name (``vector_ivf<partitions>``); an index of another type than the configured one, or one from
 an older kbflow (no count in its name), is rebuilt at the next refresh.
 
-Building the vector index costs memory in proportion to the table (k-means and the HNSW graph over every row:
-+180 MB at 13k rows of 512-d vectors). An ingest run sets ``defer_vector_index`` while it writes its batches and
+Building the vector index costs memory in proportion to the table (k-means and the HNSW graph over every row;
+measured in docs/reliability.md). An ingest run sets ``defer_vector_index`` while it writes its batches and
 builds or updates that index once, after the last batch, when the batches' own memory is already freed, so the
 two peaks do not add up.
 """

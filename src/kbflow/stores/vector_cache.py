@@ -49,7 +49,13 @@ class VectorCache:
                 if self._table is None:
                     raise
 
-    def _exists(self) -> bool:
+    @property
+    def uri(self) -> str:
+        """The LanceDB database the cache lives in (a copy of the cache in another process connects to it)."""
+        return self._db.uri
+
+    def exists(self) -> bool:
+        """Whether the cache table exists (opened on first ask; nothing is created)."""
         if self._table is None:
             self._table = open_table_or_none(self._db, self.table_name)
         return self._table is not None
@@ -58,7 +64,7 @@ class VectorCache:
         """Vectors for the keys that are cached; absent keys are simply missing from the result."""
         found: dict[str, np.ndarray] = {}
         unique = sorted(set(keys))
-        if not unique or not self._exists():
+        if not unique or not self.exists():
             return found
         rows = select_in(self.table, "embed_sha256", unique, ["embed_sha256", "vector"])
         if rows.num_rows:
@@ -83,26 +89,26 @@ class VectorCache:
 
     def delete(self, keys: list[str]) -> None:
         """Forget these texts' vectors (``kbflow verify --repair`` on a vector that disagrees with the store)."""
-        if not keys or not self._exists():
+        if not keys or not self.exists():
             return
         delete_in(self.table, "embed_sha256", keys)
 
     def count(self) -> int:
-        return self.table.count_rows() if self._exists() else 0
+        return self.table.count_rows() if self.exists() else 0
 
     def unreadable(self) -> str | None:
         """Why the cache cannot be read whole (a data file deleted or cut short), or None."""
-        return unreadable_reason(self.table, self.schema.names) if self._exists() else None
+        return unreadable_reason(self.table, self.schema.names) if self.exists() else None
 
     def restore_readable(self) -> dict | None:
         """Its newest version that reads whole made current ({version, rows}); None when none does."""
-        return restore_readable(self.table, self.schema.names) if self._exists() else None
+        return restore_readable(self.table, self.schema.names) if self.exists() else None
 
     def clear(self) -> None:
         """Drop every cached vector (an unreadable cache that no earlier version mends): it fills again as texts are
         embedded."""
         with _create_lock:
-            if self._exists():
+            if self.exists():
                 self._db.drop_table(self.table_name)
             self._table = None
         self.ensure_table()

@@ -12,6 +12,7 @@ from importlib.metadata import version
 
 import numpy as np
 
+from kbflow.convert.formats.text import escape_line
 from kbflow.errors import ConversionError
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".gif", ".webp"}
@@ -54,8 +55,6 @@ def ocr_lines(pixels: np.ndarray, max_side: int) -> list[tuple[list[list[float]]
 
 def ocr_text(pixels: np.ndarray, max_side: int) -> str:
     """Recognised text: lines joined by newlines, a blank line where the vertical gap says a paragraph ends."""
-    from kbflow.convert.formats.pdf import escape_line
-
     lines = ocr_lines(pixels, max_side)
     if not lines:
         return ""

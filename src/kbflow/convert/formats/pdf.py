@@ -13,6 +13,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
+from kbflow.convert.formats.text import escape_line
 from kbflow.convert.furniture import drop_furniture
 from kbflow.errors import ConversionError
 
@@ -67,11 +68,6 @@ def page_lines(textpage) -> list[Line]:
             lines.append(Line(piece.replace("\x02", "-").replace("\ufffe", "-").rstrip(), bottom, top, size))
         start += len(piece) + 2
     return lines
-
-
-def escape_line(text: str) -> str:
-    """A body line that would read as a Markdown heading (a shell root prompt '# cmd') is escaped."""
-    return "\\" + text if text.lstrip().startswith("#") else text
 
 
 def lines_to_markdown(pages: list[list[Line]]) -> list[str]:

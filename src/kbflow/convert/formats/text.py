@@ -113,3 +113,9 @@ def csv_table(text: str, delimiter: str) -> str:
         return "| " + " | ".join(cells) + " |"
 
     return "\n".join([line(rows[0]), "| " + " | ".join(["---"] * width) + " |"] + [line(r) for r in rows[1:]]) + "\n"
+
+
+def escape_line(text: str) -> str:
+    """A body line that would read as a Markdown heading (a shell root prompt '# cmd') is escaped (PDF text and
+    OCR lines)."""
+    return "\\" + text if text.lstrip().startswith("#") else text

@@ -126,9 +126,7 @@ def _model(model_dir: str | None):
 def transcribe_whisper(pcm: np.ndarray, source: str, model_dir: str | None, language: str | None) -> str:
     """Transcript of 16 kHz mono int16 samples, one line per Whisper segment."""
     model = _model(model_dir)
-    from faster_whisper.tokenizer import _LANGUAGE_CODES
-
-    if language and language not in _LANGUAGE_CODES:
+    if language and language not in model.supported_languages:
         raise ConversionError(f"{source}: convert.whisper_language {language!r} is not a Whisper language code; use "
                               "one such as 'en' or 'zh', or leave it empty to detect the language")
     audio = pcm.astype(np.float32) / 32768.0
