@@ -1,5 +1,5 @@
 """`kbflow bench embed --provider dashscope|openai`: embedding through the real engine against a remote provider
-that throttles and fails, by default kbflow's local stand-in (``kbflow.bench.fake_services``) with an allowance of
+that throttles and fails, by default kbflow's local stand-in (``kbflow.testing.fake_services``) with an allowance of
 ``--allowance-rps`` requests per second and periodic faults (``--faults 4:429,6:500,9:slow``), or any endpoint
 given with ``--base-url`` (key from ``--api-key-env``).
 
@@ -20,7 +20,7 @@ import yaml
 
 from kbflow import api
 from kbflow.bench.results import save
-from kbflow.bench.fake_services import FakeServices
+from kbflow.testing.fake_services import FakeServices
 from kbflow.bench.ingest import _corpus_dir
 from kbflow.errors import ConfigError
 
@@ -103,7 +103,7 @@ def bench_provider(provider: str, corpus: Path, pages: int, out_file: Path, conc
         finally:
             if fake is not None:
                 fake.__exit__()
-    result = {"provider": provider, "base_url": base_url or "kbflow.bench.fake_services (local)", "pages": pages,
+    result = {"provider": provider, "base_url": base_url or "kbflow.testing.fake_services (local)", "pages": pages,
               "faults": faults if not base_url else None, "allowance_rps": allowance_rps if not base_url else None,
               "timeout_s": timeout_s, "runs": runs}
     return save(result, out_file, _plot)

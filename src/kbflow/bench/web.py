@@ -1,4 +1,4 @@
-"""`kbflow bench ingest --web`: the ingest phases with the corpus served as a website on 127.0.0.1 (kbflow.bench.site:
+"""`kbflow bench ingest --web`: the ingest phases with the corpus served as a website on 127.0.0.1 (kbflow.testing.site:
 ETags, Last-Modified, 304s, a sitemap of every page) and read through its sitemap: what each phase sends and
 downloads (requests, bytes, pages answered 200 and 304), beside what it embeds and how long it takes."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 from kbflow import api
 from kbflow.bench.ingest import _corpus_dir, _peak_rss_mb, _phase_row, _same_store, check_corpus
 from kbflow.bench.results import save
-from kbflow.bench.site import SiteState, StaticSite
+from kbflow.testing.site import SiteState, StaticSite
 from kbflow.config import load_config
 from kbflow.embed import get_embedder
 from kbflow.errors import ConfigError
@@ -74,7 +74,7 @@ def bench_web(corpus: Path, update_to: Path | None, out_file: Path, work_dir: Pa
             "update_store_equals_fresh": _same_store(config, data_dir, "bench", "bench-fresh", embedder.dimension)})
     result = {"mode": "web", "corpus": str(corpus), "update_to": str(update_to) if update_to else None,
               "pages_served": len(state.names()), "model_id": embedder.model_id, "web": {"requests_per_second": requests_per_second,
-                                                     "concurrency": concurrency, "server": "kbflow.bench.site on "
+                                                     "concurrency": concurrency, "server": "kbflow.testing.site on "
                                                      "127.0.0.1 (strong ETag from the bytes, Last-Modified)"},
               "phases": phases, "ratios": ratios, "peak_rss_mb": round(_peak_rss_mb(), 1)}
     return save(result, out_file, None)
