@@ -21,7 +21,7 @@ import yaml
 from kbflow import api
 from kbflow.bench.results import save
 from kbflow.testing.fake_services import FakeServices
-from kbflow.bench.ingest import _corpus_dir
+from kbflow.bench.common import corpus_dir
 from kbflow.errors import ConfigError
 
 FAKE_KEY_ENV = "KBFLOW_BENCH_FAKE_KEY"
@@ -40,7 +40,7 @@ def parse_faults(spec: str) -> dict[int, str]:
 
 
 def _pages(corpus: Path, pages: int, work: Path) -> Path:
-    root = _corpus_dir(corpus, work / "corpus")
+    root = corpus_dir(corpus, work / "corpus")
     files = sorted(p for p in root.rglob("*") if p.suffix.lower() in (".html", ".htm", ".md", ".txt"))[:pages]
     if not files:
         raise ConfigError(f"--corpus {str(corpus)!r} holds no .html/.md/.txt pages")

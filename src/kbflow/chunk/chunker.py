@@ -80,7 +80,7 @@ def chunker_fingerprint(counter: TokenCounter, chunk_tokens: int, overlap_tokens
     )
 
 
-def _trimmed(text: str, start: int, end: int) -> tuple[int, int]:
+def trimmed_span(text: str, start: int, end: int) -> tuple[int, int]:
     while start < end and text[start].isspace():
         start += 1
     while end > start and text[end - 1].isspace():
@@ -90,7 +90,7 @@ def _trimmed(text: str, start: int, end: int) -> tuple[int, int]:
 
 def _pieces(text: str, start: int, end: int, pattern: re.Pattern) -> list[tuple[int, int]]:
     cuts = [start] + [start + m.start() for m in pattern.finditer(text[start:end]) if 0 < m.start() < end - start] + [end]
-    spans = [_trimmed(text, a, b) for a, b in zip(cuts, cuts[1:])]
+    spans = [trimmed_span(text, a, b) for a, b in zip(cuts, cuts[1:])]
     return [(a, b) for a, b in spans if b > a]
 
 
@@ -132,7 +132,7 @@ def split_long_many(items: list[tuple[str, int, int, int, str]], counter: TokenC
                 while a < b:  # hard cut at the token limit, tokenizing a bounded window, not the whole rest
                     window_end = min(b, a + budget * HARD_CUT_WINDOW)
                     cut = a + counter.cut(text[a:window_end], budget)
-                    piece_start, piece_end = _trimmed(text, a, cut)
+                    piece_start, piece_end = trimmed_span(text, a, cut)
                     if piece_end > piece_start:
                         next_pending.append((item, piece_start, piece_end, level, True))
                     a = cut
@@ -204,7 +204,7 @@ def heading_prefix_text(heading_path: list[str], counter: TokenCounter, max_toke
     return ""
 
 
-def _sections(blocks: list[Block]) -> list[list[Block]]:
+def sections_of(blocks: list[Block]) -> list[list[Block]]:
     """Runs of blocks packed together: a heading or a thematic break starts a new one (a break holds no text)."""
     groups: list[list[Block]] = []
     boundary = True
@@ -299,7 +299,7 @@ def chunk_documents(jobs: list[ChunkJob], counter: TokenCounter, chunk_tokens: i
     a pure function of what its key hashes (``chunker`` must be the chunker fingerprint), so reuse gives the same
     chunks."""
     content_budget = chunk_tokens - counter.special_tokens
-    all_sections = [_sections(job.blocks) for job in jobs]
+    all_sections = [sections_of(job.blocks) for job in jobs]
     all_keys = [[section_key(job.markdown, section, chunker) for section in sections] if job.plans is not None else []
                 for job, sections in zip(jobs, all_sections)]
     fresh = [(j, i) for j, (job, sections) in enumerate(zip(jobs, all_sections)) for i in range(len(sections))
@@ -384,7 +384,7 @@ def _plan_sections(sections: list[tuple[str, list[Block]]], counter: TokenCounte
         units: list[Span | int] = []
         for block in section:
             n_tokens = next(block_counts)
-            start, end = _trimmed(markdown, block.char_start, block.char_end)
+            start, end = trimmed_span(markdown, block.char_start, block.char_end)
             if end <= start:
                 continue
             if n_tokens <= budget:
@@ -500,13 +500,13 @@ def _cut_over(over: list[int], sections, prefixes, flats, budgets, ranges, count
             index, where = _smaller(markdown, units, max(first, new_from), last)
             if index == last - 1 and where >= units[index].end:  # one character over the limit with its prefix
                 raise AssertionError(f"chunk over the token limit that cannot be split further: {embed[:80]!r}")
-        head_start, head_end = _trimmed(markdown, units[index].start, where)
+        head_start, head_end = trimmed_span(markdown, units[index].start, where)
         if index < new_from or (index == new_from and head_end <= head_start):
             ranges[i][k] = (new_from, last)  # the overlap leaves its own text no room: drop the overlap
             continue
         cuts.append((i, index, where))
-    spans = [(_trimmed(sections[i][0], flats[i][index].start, where),
-              _trimmed(sections[i][0], where, flats[i][index].end)) for i, index, where in cuts]
+    spans = [(trimmed_span(sections[i][0], flats[i][index].start, where),
+              trimmed_span(sections[i][0], where, flats[i][index].end)) for i, index, where in cuts]
     counted = iter(counter.count([sections[i][0][a:b] for (i, _, _), pair in zip(cuts, spans)
                                   for a, b in pair if b > a]))
     for (i, index, _), (head, tail) in zip(cuts, spans):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from kbflow.chunk.chunker import Chunk, ChunkJob, _trimmed, chunk_documents, prefix_line
+from kbflow.chunk.chunker import Chunk, ChunkJob, trimmed_span, chunk_documents, prefix_line
 from kbflow.chunk.counters import MemoCounter, count_key
 from kbflow.chunk.tokens import TokenCounter
 from kbflow.storage import location, write_bytes_atomic
@@ -68,7 +68,7 @@ def chunk_remembering(jobs: list[ChunkJob], memories: list[dict], counter: Token
         keys = [count_key(job.markdown[block.char_start:block.char_end]) for block in job.blocks]
         keys += [chunk.embed_sha256[:24] for chunk in chunks]  # a chunk's embedded text, as the chunker counts it
         keys += [count_key(prefix_line(path)) for path in {tuple(b.heading_path) for b in job.blocks} if path]
-        trimmed = {count_key(job.markdown[slice(*_trimmed(job.markdown, block.char_start, block.char_end))])
+        trimmed = {count_key(job.markdown[slice(*trimmed_span(job.markdown, block.char_start, block.char_end))])
                    for block in job.blocks}  # what a long block's split is keyed by
         memory.clear()
         memory.update(tokenizer=counter.name, sections=job.plans,
