@@ -35,7 +35,8 @@ def test_no_undefined_or_unused_names():
 
     out = io.StringIO()
     files = [*(REPO / "src").rglob("*.py"), *(REPO / "flows").glob("*.py"), *(REPO / "tasks").glob("*.py"),
-             *(REPO / "tests").rglob("*.py"), *(REPO / "scripts").glob("*.py")]
+             *(REPO / "tests").rglob("*.py"), *(REPO / "scripts").glob("*.py"),
+             *(REPO / "research").glob("*.py")]
     problems = sum(checkPath(str(path), Reporter(out, out)) for path in files)
     assert problems == 0, out.getvalue()
 
