@@ -37,6 +37,6 @@ def main(uri: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
+    if len(sys.argv) != 2 or not sys.argv[1].startswith("s3://"):  # a table elsewhere would be created empty
         raise SystemExit(__doc__)
     main(sys.argv[1])
