@@ -1,5 +1,5 @@
 """`ask --agentic` (issue 21.3): the round logic, driven by scripted replies of a real OpenAI-compatible HTTP server
-on 127.0.0.1 (kbflow.bench.fake_services), over a real ingest of tests/cases/docs; and once end to end with a real
+on 127.0.0.1 (kbflow.testing.fake_services), over a real ingest of tests/cases/docs; and once end to end with a real
 GGUF model run in-process by llama.cpp (the tiny model of tests/tiny_gguf.py, whose every reply is "OK [1]")."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from kbflow import KnowledgeBase
-from kbflow.bench.fake_services import FakeServices
+from kbflow.testing.fake_services import FakeServices
 from kbflow.errors import ConfigError
 from tests.conftest import CASES
 

@@ -9,7 +9,7 @@ import yaml
 
 from kbflow.flows.ingest import ingest
 from tests.conftest import CASES
-from kbflow.bench.fake_services import FakeServices
+from kbflow.testing.fake_services import FakeServices
 
 KEY = "sk-test-not-a-real-key-1234567890"
 

@@ -15,7 +15,7 @@ from kbflow.embed.factory import get_embedder
 from kbflow.config import load_config
 from kbflow.state.manifest import NamespaceState
 from kbflow.stores.lancedb_store import LanceStore
-from kbflow.bench.fake_services import FakeServices
+from kbflow.testing.fake_services import FakeServices
 from kbflow.embed.remote import PROBE_TEXT
 
 KEY = "sk-flow-test"

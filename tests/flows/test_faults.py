@@ -1,6 +1,6 @@
 """Nothing lost under real faults: a throttling provider, unreadable files and folders, a file edited mid-run, a
 read-only data dir, a refused key, a killed process. Real processes, a real HTTP server speaking the provider's
-wire format (kbflow.bench.fake_services), real file permissions: root ignores them, so the commands that must
+wire format (kbflow.testing.fake_services), real file permissions: root ignores them, so the commands that must
 meet them run with the capabilities that let root read anything dropped (setpriv)."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from kbflow import api
-from kbflow.bench.fake_services import FakeServices
+from kbflow.testing.fake_services import FakeServices
 from kbflow.state.manifest import NamespaceState
 from kbflow.stores.lancedb_store import LanceStore
 from kbflow.stores.vector_cache import VectorCache

@@ -170,7 +170,7 @@ def test_entities_and_relations_from_the_chat_model_are_extracted_once_per_text_
     per chunk text never extracted before; a reply that is not the JSON asked for fails that chunk (its document
     keeps its stored version, the failure is in the run's snapshot) and the next run sends only that text; the
     relations are followed by graph search, and say so in the hit's path."""
-    from kbflow.bench.fake_services import FakeServices
+    from kbflow.testing.fake_services import FakeServices
     from kbflow.schemas import FAILURES
     from kbflow.state.snapshots import read_table
 

@@ -14,7 +14,7 @@ import yaml
 from kbflow import KnowledgeBase
 from kbflow.search.tokens import words
 from tests.conftest import CASES
-from kbflow.bench.fake_services import FakeServices
+from kbflow.testing.fake_services import FakeServices
 
 
 @pytest.fixture(scope="module")

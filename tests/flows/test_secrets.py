@@ -15,7 +15,7 @@ from prefect.client.schemas.filters import (ArtifactFilter, ArtifactFilterFlowRu
                                             FlowRunFilterStartTime, LogFilter, LogFilterFlowRunId)
 
 from kbflow.flows.ingest import ingest
-from kbflow.bench.fake_services import FakeServices
+from kbflow.testing.fake_services import FakeServices
 from kbflow.errors import AuthError
 from tests.flows.conftest import subprocess_env
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kbflow.chunk.chunker import _sections, chunk_document
+from kbflow.chunk.chunker import sections_of, chunk_document
 from kbflow.chunk.counters import PrefixedCounter
 from kbflow.chunk.split import split_markdown
 from kbflow.chunk.tokens import EstimateTokenCounter, HFTokenCounter
@@ -83,7 +83,7 @@ MARKDOWN = st.lists(BLOCK, min_size=1, max_size=8).map("\n\n".join)
 def check_chunks(markdown: str, counter, chunk_tokens: int, overlap: int):
     blocks = split_markdown(markdown)
     chunks = chunk_document("doc", markdown, blocks, counter, chunk_tokens, overlap, True)
-    spans = [(section[0].char_start, section[-1].char_end) for section in _sections(blocks)]
+    spans = [(section[0].char_start, section[-1].char_end) for section in sections_of(blocks)]
     section_of = [next(i for i, (start, end) in enumerate(spans) if start <= c.char_start < end) for c in chunks]
     real = counter.count([c.embed_text for c in chunks])
     for index, chunk in enumerate(chunks):

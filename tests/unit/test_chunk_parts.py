@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kbflow.chunk.chunker import (Span, _pack, _sections, chunk_document, heading_prefix_text, prefix_line,
+from kbflow.chunk.chunker import (Span, _pack, sections_of, chunk_document, heading_prefix_text, prefix_line,
                                    section_key, sha256_text, split_long)
 from kbflow.chunk.split import Block, split_markdown
 from kbflow.chunk.tokens import EstimateTokenCounter
@@ -73,7 +73,7 @@ def test_sections_start_at_headings_and_breaks_and_skip_navigation():
     blocks = [Block("heading", 0, 5, ["A"]), Block("paragraph", 6, 9, ["A"]), Block("paragraph", 10, 12, ["A"]),
               Block("break", 13, 16, ["A"]), Block("paragraph", 17, 20, ["A"]), Block("navigation", 21, 25, ["A"]),
               Block("paragraph", 26, 30, ["A"]), Block("paragraph", 31, 35, ["A", "B"])]
-    assert [[(b.char_start, b.kind) for b in section] for section in _sections(blocks)] == [
+    assert [[(b.char_start, b.kind) for b in section] for section in sections_of(blocks)] == [
         [(0, "heading"), (6, "paragraph"), (10, "paragraph")],
         [(17, "paragraph"), (26, "paragraph")],  # after the break; the navigation block is neither text nor a boundary
         [(31, "paragraph")],  # another heading path
@@ -83,12 +83,12 @@ def test_sections_start_at_headings_and_breaks_and_skip_navigation():
 def test_a_section_key_depends_on_its_text_shape_heading_path_and_chunker_not_on_where_it_sits():
     section = "# Tea\n\nGreen tea at 80 degrees.\n"
     here, there = section, "# Intro\n\nSomething else first.\n\n" + section
-    key = lambda markdown, chunker="k1": section_key(markdown, _sections(split_markdown(markdown))[-1], chunker)
+    key = lambda markdown, chunker="k1": section_key(markdown, sections_of(split_markdown(markdown))[-1], chunker)
     assert key(here) == key(there)  # offsets are taken relative to the section
     assert key(here) != key(here, chunker="k2")
     assert key(here) != key(here.replace("80", "70"))
     assert key(here) != key("## Tea\n\nGreen tea at 80 degrees.\n")  # same words, other heading level: other shape
-    shape = _sections(split_markdown(here))[-1]
+    shape = sections_of(split_markdown(here))[-1]
     moved = [Block(b.kind, b.char_start, b.char_end, ["Other"]) for b in shape]
     assert section_key(here, shape, "k1") != section_key(here, moved, "k1")
     # every block counts: the first (the key starts there), the last (the text ends there), and their boundaries

@@ -11,7 +11,7 @@ from kbflow.config import ConvertConfig
 from kbflow.convert.converters import convert_bytes, converter_fingerprint
 from kbflow.errors import ConversionError, TransientError
 from kbflow.convert.formats.dashscope_asr import ENDPOINT, DashScopeASR
-from kbflow.bench.fake_services import FakeServices
+from kbflow.testing.fake_services import FakeServices
 from tests.conftest import CASES
 
 KEY = "sk-test-not-a-real-key-1234567890"

@@ -13,8 +13,9 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+RESEARCH = REPO / "research" / "README.md"  # the finished studies: what each measured, where its result is
 MARKDOWN = DOCS + [REPO / "CHANGELOG.md", *sorted(REPO.glob("data/**/README.md")),
-                   *sorted(REPO.glob("tests/cases/**/README.md")), *sorted(REPO.glob("docs/**/README.md"))]
+                   *sorted(REPO.glob("tests/cases/**/README.md")), *sorted(REPO.glob("docs/**/README.md")), RESEARCH]
 
 
 def _script(name: str):
@@ -86,7 +87,7 @@ HISTORY = re.compile(
     r"|\.\./shared/|/work/shared|\bshared corpora\b", re.IGNORECASE)
 
 
-@pytest.mark.parametrize("page", DOCS, ids=lambda p: p.name)
+@pytest.mark.parametrize("page", [*DOCS, RESEARCH], ids=lambda p: str(p.relative_to(REPO)))
 def test_docs_speak_to_users_not_about_the_project_history(page):
     lines = page.read_text(encoding="utf-8").splitlines()
     hits = [f"{page.name}:{n}: {m.group(0)!r}" for n, line in enumerate(lines, 1) for m in HISTORY.finditer(line)]

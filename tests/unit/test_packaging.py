@@ -35,7 +35,8 @@ def test_no_undefined_or_unused_names():
 
     out = io.StringIO()
     files = [*(REPO / "src").rglob("*.py"), *(REPO / "flows").glob("*.py"), *(REPO / "tasks").glob("*.py"),
-             *(REPO / "tests").rglob("*.py"), *(REPO / "scripts").glob("*.py")]
+             *(REPO / "tests").rglob("*.py"), *(REPO / "scripts").glob("*.py"),
+             *(REPO / "research").glob("*.py")]
     problems = sum(checkPath(str(path), Reporter(out, out)) for path in files)
     assert problems == 0, out.getvalue()
 
@@ -55,3 +56,23 @@ def test_the_engine_and_its_stages_never_import_prefect():
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             offenders += [f"{path.relative_to(REPO)}: {name}" for name in names if name.split(".")[0] == "prefect"]
     assert len(list(package.rglob("*.py"))) > 40 and offenders == []
+
+
+PRODUCT_MODULES = ["kbflow", "kbflow.api", "kbflow.cli", "kbflow.kb", "kbflow.http", "kbflow.mcp_server",
+                   "kbflow.mcp_http", "kbflow.engine.ingest", "kbflow.engine.reembed", "kbflow.stores.factory",
+                   "kbflow.search.searcher", "kbflow.search.ask", "kbflow.search.agentic", "kbflow.flows.ingest"]
+
+
+def test_the_product_path_never_imports_the_benchmarks_or_the_test_services():
+    """The lab lives beside the product: importing what a user runs (the command, the API, the engine, stores,
+    search, the MCP server, the flow) loads no benchmark module and no stand-in service; the one bench module it
+    loads is the command-line registration of `kbflow bench`, whose commands import their modules when run."""
+    import subprocess
+    import sys
+
+    code = (f"import importlib, sys\nfor name in {PRODUCT_MODULES!r}: importlib.import_module(name)\n"
+            "print('\\n'.join(sorted(sys.modules)))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    lab = [name for name in loaded.stdout.split()
+           if name.startswith(("kbflow.testing", "kbflow.bench.")) and name != "kbflow.bench.cli"]
+    assert "kbflow.cli" in loaded.stdout.split() and lab == []

@@ -1,4 +1,4 @@
-"""DashScope and OpenAI-compatible backends against a real HTTP server on 127.0.0.1 (kbflow.bench.fake_services)."""
+"""DashScope and OpenAI-compatible backends against a real HTTP server on 127.0.0.1 (kbflow.testing.fake_services)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from kbflow.embed.ratelimit import RateLimiter
 from kbflow.embed.registry import build_embedder
 from kbflow.http import parse_retry_after
 from kbflow.errors import AuthError, ConfigError, EmbeddingError, PermanentError, TransientError
-from kbflow.bench.fake_services import FakeServices, text_vector
+from kbflow.testing.fake_services import FakeServices, text_vector
 
 KEY = "sk-test-secret"
 

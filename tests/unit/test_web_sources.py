@@ -1,4 +1,4 @@
-"""Web sources against a real HTTP server on 127.0.0.1 (kbflow.bench.site: ETags, Last-Modified, 304s) serving
+"""Web sources against a real HTTP server on 127.0.0.1 (kbflow.testing.site: ETags, Last-Modified, 304s) serving
 pages of the real PostgreSQL manual, 15.18 and then 15.20 (the release tarballs in the workplace's shared corpora):
 a sitemap kept in step with conditional requests, failures that keep the stored version, robots.txt, redirects
 off the site, and a crawl."""
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kbflow import api
-from kbflow.bench.site import SiteState, StaticSite
+from kbflow.testing.site import SiteState, StaticSite
 from kbflow.config import WebConfig, load_config
 from kbflow.convert.web import _links, save_state, scan_web, source_path_of
 from kbflow.state.snapshots import read_table

@@ -24,9 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from kbflow.bench.ingest import _corpus_dir, _peak_rss_mb
+from kbflow.bench.common import corpus_dir, peak_rss_mb
 from kbflow.bench.results import save
-from kbflow.chunk.chunker import ChunkJob, _sections, chunk_documents, chunker_fingerprint
+from kbflow.chunk.chunker import ChunkJob, sections_of, chunk_documents, chunker_fingerprint
 from kbflow.chunk.plans import chunk_remembering
 from kbflow.chunk.quality import quality_report
 from kbflow.config import load_config
@@ -53,7 +53,7 @@ def edited(text: str, blocks: list[Block]) -> tuple[str, int]:
 
 
 def _markdown_of(corpus: Path, work: Path, options) -> list[str]:
-    source = _corpus_dir(corpus, work / "corpus")
+    source = corpus_dir(corpus, work / "corpus")
     sources = scan([source], "bench", options.include, options.exclude)
     documents = convert_batch(sources, options)
     return [text for text in documents.column("markdown").to_pylist() if text]
@@ -138,13 +138,13 @@ def bench_chunk(corpus: Path, out_file: Path, target_mb: float = 100.0, config=N
         "chunk_update": {"seconds": round(update_s, 2), "cpu_seconds": round(update_cpu, 2),
                          "mb_per_s": round(update_mb / update_s, 2), "chunks": sum(len(c) for c in updated),
                          "blocks": sum(len(b) for b in new_blocks), "blocks_edited": sum(n for _, n in pairs),
-                         "sections": sum(len(_sections(b)) for b in new_blocks),
+                         "sections": sum(len(sections_of(b)) for b in new_blocks),
                          "sections_planned_again": sum(len(set(memory["sections"]) - before)
                                                        for memory, before in zip(memories, keys_before)),
                          "texts_tokenized": update_tokenized,
                          "identical_to_a_fresh_chunking": identical, "documents_compared": sample},
         "quality": quality,
-        "peak_rss_mb": round(_peak_rss_mb(), 1),
+        "peak_rss_mb": round(peak_rss_mb(), 1),
     }
     return save(result, out_file, _plot)
 
@@ -160,7 +160,7 @@ def bench_chunk_quality(corpus: Path, out_file: Path, include: list[str] | None 
     chunk_tokens = resolve_chunk_tokens(cfg.chunking, embedder.max_tokens, embedder.model_id)
     fingerprint = chunker_fingerprint(counter, chunk_tokens, cfg.chunking.overlap_tokens, cfg.chunking.heading_prefix)
     with tempfile.TemporaryDirectory(prefix="kbflow-bench-chunk-") as work:
-        source = _corpus_dir(corpus, Path(work) / "corpus")
+        source = corpus_dir(corpus, Path(work) / "corpus")
         started = time.perf_counter()
         converted = convert_batch(scan([source], "bench", include or cfg.convert.include, cfg.convert.exclude),
                                   cfg.convert)

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 
 from kbflow import api
 from kbflow.bench.results import save
-from kbflow.bench.ingest import _corpus_dir, _peak_rss_mb
+from kbflow.bench.common import corpus_dir, peak_rss_mb
 from kbflow.config import ChunkConfig, EmbedderConfig
 from kbflow.convert.converters import convert_batch
 from kbflow.embed import get_embedder
@@ -44,7 +44,7 @@ SHORT_WORDS = 12  # the first words of each chunk: a query-sized text (the issue
 
 def sample_chunks(corpus: Path, limit: int, work: Path) -> tuple[list[str], list[Path]]:
     """The embed texts of the first ``limit`` chunks, and the files they came from."""
-    root = _corpus_dir(corpus, work / "corpus")
+    root = corpus_dir(corpus, work / "corpus")
     sources = sorted(scan([str(root)], "bench-embed", ["*.html", "*.htm"], [".*"]), key=lambda s: s.source_path)
     counter = get_embedder(EmbedderConfig(backend="local")).token_counter()  # MiniLM word pieces, as documented
     texts: list[str] = []
@@ -163,7 +163,7 @@ def bench_embed(corpus: Path, limit: int, backends: list[str], pipeline_backend:
             row["share_of_probe"] = round(row["gflops"] / ceiling, 3)
     if pipeline_backend:
         result["pipeline"] = pipeline_vs_raw(files, BACKENDS[pipeline_backend], work)
-    result["peak_rss_mb"] = round(_peak_rss_mb(), 1)
+    result["peak_rss_mb"] = round(peak_rss_mb(), 1)
     return save(result, out_file, plot_embed)
 
 

@@ -6,49 +6,18 @@ import json
 import resource
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
 
 from kbflow import api
+from kbflow.bench.common import check_corpus, corpus_dir, peak_rss_mb, phase_row, same_store
 from kbflow.bench.results import save
 from kbflow.config import load_config
 from kbflow.embed import get_embedder
 from kbflow.errors import ConfigError
 from kbflow.state.snapshots import read_table
 from kbflow.storage import location
-
-
-def check_corpus(corpus: Path, flag: str = "--corpus") -> str:
-    """Before any work: ``corpus`` is a folder or a tar archive; returns the name its documents' source paths will
-    start with (the folder's name, or the archive's single top folder)."""
-    corpus = Path(corpus)
-    if corpus.is_dir():
-        return corpus.name
-    if not corpus.is_file() or not tarfile.is_tarfile(corpus):
-        raise ConfigError(f"{flag} {str(corpus)!r} is neither a folder nor a tar archive; pass one (e.g. "
-                          "../shared/corpora/postgresql-15.18-html.tar.xz in this workplace)")
-    with tarfile.open(corpus) as archive:
-        tops = {Path(name).parts[0] for name in archive.getnames() if Path(name).parts}
-    return tops.pop() if len(tops) == 1 else corpus.name
-
-
-def _corpus_dir(corpus: Path, into: Path) -> Path:
-    """A folder as is; a tarball unpacked (its single top folder, so two versions share source paths)."""
-    corpus = Path(corpus)
-    check_corpus(corpus)
-    if corpus.is_dir():
-        return corpus
-    into.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(corpus) as archive:
-        archive.extractall(into, filter="data")
-    entries = [p for p in into.iterdir()]
-    return entries[0] if len(entries) == 1 and entries[0].is_dir() else into
-
-
-def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _reset_phase_peak() -> None:
@@ -74,16 +43,7 @@ def _phase(name: str, sources: list[str], namespace: str, data_dir: Path, config
     _reset_phase_peak()
     started = time.perf_counter()
     summary = api.ingest(sources, namespace, config, str(data_dir))
-    return _phase_row(name, time.perf_counter() - started, summary, _phase_peak_mb())
-
-
-def _phase_row(name: str, wall: float, summary: dict, peak_rss_mb: float | None) -> dict:
-    """A phase's line in the result, from the run summary it produced."""
-    return {"phase": name, "wall_s": round(wall, 3), "texts_embedded": summary["chunks"]["embedded"],
-            "chunks_reused": summary["chunks"]["reused"], "chunks_written": summary["chunks"]["written"],
-            "chunks_deleted": summary["chunks"]["deleted"],
-            "store_count": summary["store"]["count"], "documents": summary["documents"],
-            "stage_seconds": summary["seconds"], "run_id": summary["run_id"], "peak_rss_mb": peak_rss_mb}
+    return phase_row(name, time.perf_counter() - started, summary, _phase_peak_mb())
 
 
 def _process_rerun(sources: list[str], namespace: str, data_dir: Path, config) -> dict:
@@ -99,24 +59,8 @@ def _process_rerun(sources: list[str], namespace: str, data_dir: Path, config) -
     if done.returncode != 0:
         raise RuntimeError(f"the re-run process failed ({done.returncode}): {done.stderr[-2000:]}")
     # the largest child's peak: this process starts no other child
-    return _phase_row("rerun-process", wall, json.loads(done.stdout),
+    return phase_row("rerun-process", wall, json.loads(done.stdout),
                       round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1))
-
-
-# what a row holds apart from its ids (doc ids hash the namespace): equal in an updated store and a fresh one
-CONTENT_COLUMNS = ["source_path", "ordinal", "heading_path", "text", "text_tokens", "char_start", "char_end",
-                   "n_tokens", "embed_sha256", "vector"]
-
-
-def _same_store(config, data_dir: Path, namespace_a: str, namespace_b: str, dimension: int) -> bool:
-    """Whether two namespaces hold the same rows (every column but the ids), row for row."""
-    from kbflow.stores.factory import open_store
-
-    cfg = load_config(config, data_dir=data_dir)
-    tables = [open_store(cfg, namespace, dimension).rows(CONTENT_COLUMNS).sort_by([("source_path", "ascending"),
-                                                                                    ("ordinal", "ascending")])
-              for namespace in (namespace_a, namespace_b)]
-    return tables[0].equals(tables[1])
 
 
 def _run_texts(data_dir, namespace: str, run_id: str) -> dict[str, str]:
@@ -156,8 +100,8 @@ def bench_ingest(corpus: Path, update_to: Path | None, out_file: Path, work_dir:
     embedder = get_embedder(load_config(config).embedder)
     work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="kbflow-bench-"))
     data_dir = location(data_dir) if data_dir else work / "data"
-    source_a = _corpus_dir(corpus, work / "corpus-a")
-    source_b = _corpus_dir(update_to, work / "corpus-b") if update_to else None
+    source_a = corpus_dir(corpus, work / "corpus-a")
+    source_b = corpus_dir(update_to, work / "corpus-b") if update_to else None
     started = time.perf_counter()
     embedder.embed_documents(["warm up"])  # model load is timed on its own, not charged to the first phase
     load_s = time.perf_counter() - started
@@ -178,7 +122,7 @@ def bench_ingest(corpus: Path, update_to: Path | None, out_file: Path, work_dir:
     }
     if update_to:
         ratios["update_over_full"] = round(by_name["update"]["wall_s"] / by_name["full"]["wall_s"], 4)
-        ratios["update_store_equals_fresh"] = _same_store(config, data_dir, "bench", "bench-fresh", embedder.dimension)
+        ratios["update_store_equals_fresh"] = same_store(config, data_dir, "bench", "bench-fresh", embedder.dimension)
         # the update's own floor: the model alone on the texts it had to embed (those no earlier run embedded; the
         # re-runs embed none), what no pipeline can avoid; the rest of the update's time is the machinery's
         update_texts = {key: text for key, text in _run_texts(data_dir, "bench", by_name["update"]["run_id"]).items()
@@ -191,7 +135,7 @@ def bench_ingest(corpus: Path, update_to: Path | None, out_file: Path, work_dir:
         floors = {}
     result = {"corpus": str(corpus), "update_to": str(update_to) if update_to else None, "model_id": embedder.model_id,
               "model_load_s": round(load_s, 3), "phases": phases, "floor": floor, **floors, "ratios": ratios,
-              "peak_rss_mb": round(_peak_rss_mb(), 1)}
+              "peak_rss_mb": round(peak_rss_mb(), 1)}
     return save(result, out_file, plot_ingest)
 
 

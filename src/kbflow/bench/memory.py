@@ -27,7 +27,7 @@ import time
 from fnmatch import fnmatch
 from pathlib import Path
 
-from kbflow.bench.ingest import _corpus_dir
+from kbflow.bench.common import corpus_dir
 from kbflow.bench.results import save
 from kbflow.errors import ConfigError
 
@@ -113,7 +113,7 @@ def bench_memory(corpus: Path, fractions: list[float], out_file: Path, work_dir:
     if not fractions or any(not 0 < f <= 1 for f in fractions):
         raise ConfigError(f"--fraction takes values in (0, 1]; got {fractions}")
     work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="kbflow-bench-memory-"))
-    root = _corpus_dir(corpus, work / "corpus")
+    root = corpus_dir(corpus, work / "corpus")
     files = sorted(p for p in root.rglob("*") if p.is_file() and any(fnmatch(p.name, pat) for pat in patterns))
     if not files:
         raise ConfigError(f"--corpus {corpus} holds no files matching {', '.join(patterns)}")

@@ -1,5 +1,5 @@
 """`kbflow bench embed --provider dashscope|openai`: embedding through the real engine against a remote provider
-that throttles and fails, by default kbflow's local stand-in (``kbflow.bench.fake_services``) with an allowance of
+that throttles and fails, by default kbflow's local stand-in (``kbflow.testing.fake_services``) with an allowance of
 ``--allowance-rps`` requests per second and periodic faults (``--faults 4:429,6:500,9:slow``), or any endpoint
 given with ``--base-url`` (key from ``--api-key-env``).
 
@@ -20,8 +20,8 @@ import yaml
 
 from kbflow import api
 from kbflow.bench.results import save
-from kbflow.bench.fake_services import FakeServices
-from kbflow.bench.ingest import _corpus_dir
+from kbflow.testing.fake_services import FakeServices
+from kbflow.bench.common import corpus_dir
 from kbflow.errors import ConfigError
 
 FAKE_KEY_ENV = "KBFLOW_BENCH_FAKE_KEY"
@@ -40,7 +40,7 @@ def parse_faults(spec: str) -> dict[int, str]:
 
 
 def _pages(corpus: Path, pages: int, work: Path) -> Path:
-    root = _corpus_dir(corpus, work / "corpus")
+    root = corpus_dir(corpus, work / "corpus")
     files = sorted(p for p in root.rglob("*") if p.suffix.lower() in (".html", ".htm", ".md", ".txt"))[:pages]
     if not files:
         raise ConfigError(f"--corpus {str(corpus)!r} holds no .html/.md/.txt pages")
@@ -103,7 +103,7 @@ def bench_provider(provider: str, corpus: Path, pages: int, out_file: Path, conc
         finally:
             if fake is not None:
                 fake.__exit__()
-    result = {"provider": provider, "base_url": base_url or "kbflow.bench.fake_services (local)", "pages": pages,
+    result = {"provider": provider, "base_url": base_url or "kbflow.testing.fake_services (local)", "pages": pages,
               "faults": faults if not base_url else None, "allowance_rps": allowance_rps if not base_url else None,
               "timeout_s": timeout_s, "runs": runs}
     return save(result, out_file, _plot)

@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kbflow.bench.ingest import _corpus_dir
+from kbflow.bench.common import corpus_dir
 from kbflow.config import load_config
 from kbflow.embed import get_embedder
 from kbflow.convert.objects import is_url
@@ -57,7 +57,7 @@ def corpus_chunks(corpus: Path, work: Path, config) -> pa.Table:
     from kbflow.engine.rows import chunk_documents, resolve_chunk_tokens, split_documents
     from kbflow.convert.scan import scan
 
-    source = _corpus_dir(corpus, work / "corpus")
+    source = corpus_dir(corpus, work / "corpus")
     files = scan([source], "bench", config.convert.include, config.convert.exclude)
     files = [f for f in files if f.source_path.endswith((".html", ".htm", ".md", ".txt"))]
     embedder = get_embedder(config.embedder)

@@ -1,4 +1,4 @@
-"""`kbflow bench ingest --web`: the ingest phases with the corpus served as a website on 127.0.0.1 (kbflow.bench.site:
+"""`kbflow bench ingest --web`: the ingest phases with the corpus served as a website on 127.0.0.1 (kbflow.testing.site:
 ETags, Last-Modified, 304s, a sitemap of every page) and read through its sitemap: what each phase sends and
 downloads (requests, bytes, pages answered 200 and 304), beside what it embeds and how long it takes."""
 
@@ -10,9 +10,9 @@ from collections import Counter
 from pathlib import Path
 
 from kbflow import api
-from kbflow.bench.ingest import _corpus_dir, _peak_rss_mb, _phase_row, _same_store, check_corpus
+from kbflow.bench.common import check_corpus, corpus_dir, peak_rss_mb, phase_row, same_store
 from kbflow.bench.results import save
-from kbflow.bench.site import SiteState, StaticSite
+from kbflow.testing.site import SiteState, StaticSite
 from kbflow.config import load_config
 from kbflow.embed import get_embedder
 from kbflow.errors import ConfigError
@@ -25,7 +25,7 @@ def _web_phase(name: str, site: StaticSite, namespace: str, config) -> dict:
     summary = api.ingest([site.url + "sitemap.xml"], namespace, config)
     wall = time.perf_counter() - started
     served = site.take_log()
-    row = _phase_row(name, wall, summary, None)
+    row = phase_row(name, wall, summary, None)
     statuses = Counter(status for _, status, _ in served)
     row["web"] = summary["web"]
     row["server"] = {"requests": len(served), "bytes_sent": sum(size for _, _, size in served),
@@ -49,8 +49,8 @@ def bench_web(corpus: Path, update_to: Path | None, out_file: Path, work_dir: Pa
         "requests_per_second": requests_per_second, "concurrency": concurrency})})
     embedder = get_embedder(settings.embedder)
     embedder.embed_documents(["warm up"])  # model load is not charged to the first phase
-    source_a = _corpus_dir(corpus, work / "corpus-a")
-    source_b = _corpus_dir(update_to, work / "corpus-b") if update_to else None
+    source_a = corpus_dir(corpus, work / "corpus-a")
+    source_b = corpus_dir(update_to, work / "corpus-b") if update_to else None
     state = SiteState(source_a, base=f"/{top}/")
     state.pages = state.names()[:pages] if pages else None
     with StaticSite(state) as site:
@@ -71,10 +71,10 @@ def bench_web(corpus: Path, update_to: Path | None, out_file: Path, work_dir: Pa
             "update_pages_downloaded": update["web"]["downloaded"],
             "update_bytes_over_full": round(update["server"]["bytes_sent"] / full["server"]["bytes_sent"], 4),
             "update_over_full": round(update["wall_s"] / full["wall_s"], 4),
-            "update_store_equals_fresh": _same_store(config, data_dir, "bench", "bench-fresh", embedder.dimension)})
+            "update_store_equals_fresh": same_store(config, data_dir, "bench", "bench-fresh", embedder.dimension)})
     result = {"mode": "web", "corpus": str(corpus), "update_to": str(update_to) if update_to else None,
               "pages_served": len(state.names()), "model_id": embedder.model_id, "web": {"requests_per_second": requests_per_second,
-                                                     "concurrency": concurrency, "server": "kbflow.bench.site on "
+                                                     "concurrency": concurrency, "server": "kbflow.testing.site on "
                                                      "127.0.0.1 (strong ETag from the bytes, Last-Modified)"},
-              "phases": phases, "ratios": ratios, "peak_rss_mb": round(_peak_rss_mb(), 1)}
+              "phases": phases, "ratios": ratios, "peak_rss_mb": round(peak_rss_mb(), 1)}
     return save(result, out_file, None)

@@ -206,7 +206,7 @@ def heading_prefix_text(heading_path: list[str], counter: TokenCounter, max_toke
     return ""
 
 
-def _sections(blocks: list[Block]) -> list[list[Block]]:
+def sections_of(blocks: list[Block]) -> list[list[Block]]:
     """Runs of blocks packed together: a heading or a thematic break starts a new one (a break holds no text)."""
     groups: list[list[Block]] = []
     boundary = True
@@ -301,7 +301,7 @@ def chunk_documents(jobs: list[ChunkJob], counter: TokenCounter, chunk_tokens: i
     a pure function of what its key hashes (``chunker`` must be the chunker fingerprint), so reuse gives the same
     chunks."""
     content_budget = chunk_tokens - counter.special_tokens
-    all_sections = [_sections(job.blocks) for job in jobs]
+    all_sections = [sections_of(job.blocks) for job in jobs]
     all_keys = [[section_key(job.markdown, section, chunker) for section in sections] if job.plans is not None else []
                 for job, sections in zip(jobs, all_sections)]
     fresh = [(j, i) for j, (job, sections) in enumerate(zip(jobs, all_sections)) for i in range(len(sections))

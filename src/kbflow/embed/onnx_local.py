@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kbflow.embed.local import LocalEmbedder, read_json_file
+from kbflow.embed.local import LocalEmbedder, read_model_json
 from kbflow.environment import user_cache_dir
 from kbflow.errors import ConfigError
 
@@ -100,7 +100,7 @@ class OnnxInt8Embedder(LocalEmbedder):
                  threads: int | None = None, query_prefix: str = "", passage_prefix: str = ""):
         super().__init__(model_path, batch_size, "cpu", query_prefix, passage_prefix)
         self.model_id = self.model_id.replace(";dim=", f"+export-v{EXPORT_VERSION};dim=", 1)
-        pooling = read_json_file(self.model_dir / "1_Pooling" / "config.json") \
+        pooling = read_model_json(self.model_dir / "1_Pooling" / "config.json") \
             if (self.model_dir / "1_Pooling" / "config.json").is_file() else {}
         if not pooling.get("pooling_mode_mean_tokens") or any(
                 value for key, value in pooling.items() if key.startswith("pooling_mode_") and key != "pooling_mode_mean_tokens"):

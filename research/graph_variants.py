@@ -1,7 +1,7 @@
 """Ways to fuse graph search's list with hybrid search, scored on a labelled set (issue 21.2): every variant tried,
 over one ingest and the same candidate lists per query.
 
-    python scripts/graph_variants.py --beir /tmp/relset --data-dir /tmp/releval/data --config cfg.yaml --out F.json
+    python research/graph_variants.py --beir /tmp/relset --data-dir /tmp/releval/data --config cfg.yaml --out F.json
 
 The corpus must have been ingested by `kbflow eval --data-dir` with ``graph.enabled: true``. Variants: hybrid
 alone (the reference); RRF of vector, BM25 and graph lists (search --mode graph); RRF of the hybrid list and the

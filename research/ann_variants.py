@@ -6,7 +6,7 @@ kbflow's vector cache, embedded otherwise) and 998,000 drawn around them, 100 qu
 exact top 10 by numpy. Each variant is a LanceDB index on an (id, vector) table; one line of JSON per query
 setting: recall@10, vector p50/p95 ms (one query at a time), build seconds.
 
-    python scripts/ann_variants.py --corpus ../shared/corpora/python-3.11-html.tar.xz --work /tmp/ann \
+    python research/ann_variants.py --corpus ../shared/corpora/python-3.11-html.tar.xz --work /tmp/ann \
         --out docs/bench/ann-1m-variants.json
 """
 

@@ -1,6 +1,6 @@
 """Vector search latency of a LanceDB table that `kbflow bench search` left in a bucket (issue 19.4).
 
-    AWS_ENDPOINT_URL=http://127.0.0.1:5055 ... python scripts/s3_search_latency.py s3://bucket/searchbench/lancedb-100000
+    AWS_ENDPOINT_URL=http://127.0.0.1:5055 ... python research/s3_search_latency.py s3://bucket/searchbench/lancedb-100000
 
 Builds the table's vector index with the configured defaults if it has none, then times 100 queries near stored
 vectors twice (first pass, warm): p50 and p95 in ms. Credentials and endpoint come from the AWS environment.
@@ -37,6 +37,6 @@ def main(uri: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
+    if len(sys.argv) != 2 or not sys.argv[1].startswith("s3://"):  # a table elsewhere would be created empty
         raise SystemExit(__doc__)
     main(sys.argv[1])

@@ -1,6 +1,6 @@
 """Local stand-ins for every remote API kbflow speaks, as one real HTTP server on 127.0.0.1 speaking their wire
 formats, errors included. The tests use it (the real services are never called there) and so does
-`kbflow bench embed --fake-provider` (embedding against a throttling provider). Nothing of kbflow is mocked:
+`kbflow bench embed --provider` (embedding against a throttling provider). Nothing of kbflow is mocked:
 kbflow's clients send real HTTP (the dashscope SDK through requests, httpx elsewhere).
 
 Routes

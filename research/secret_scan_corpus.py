@@ -1,7 +1,7 @@
 """Measure the secret scan on converted corpora: files scanned, hits per rule (each a false hit on a manual), time.
 
 Usage: kbflow convert CORPUS... --out MD_DIR, then
-    python scripts/secret_scan_corpus.py MD_DIR --out docs/bench/secret-scan.json
+    python research/secret_scan_corpus.py MD_DIR --out docs/bench/secret-scan.json
 The Markdown that `kbflow convert` writes is the text the scan sees during an ingest.
 """
 
@@ -39,7 +39,7 @@ def main() -> None:
             hits += [{"file": str(path.relative_to(args.folder)), "rule": f.rule, "line": f.line} for f in found]
     seconds = time.perf_counter() - started
     result = {
-        "command": "kbflow convert CORPUS... --out MD && python scripts/secret_scan_corpus.py MD --out " + str(args.out),
+        "command": "kbflow convert CORPUS... --out MD && python research/secret_scan_corpus.py MD --out " + str(args.out),
         "corpora_converted": "the PostgreSQL 15.20 HTML manual, the Python 3.11 HTML documentation, the mixed "
                              "sample corpus (36 files: PDF, Office, EPUB, HTML, images, audio)",
         "date": datetime.now(timezone.utc).date().isoformat(), "machine": platform.processor() or platform.machine(),

