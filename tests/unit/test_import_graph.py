@@ -28,9 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 ROOTS = ((REPO / "src" / "kbflow", "kbflow"), (REPO / "flows", "kbflow.flows"), (REPO / "tasks", "kbflow.tasks"))
 
 # modules not checked for private names, each with its reason; keep this short
-PRIVATE_NAMES_ALLOWED_IN = {
-    "kbflow.bench",  # bench being restructured (its own package); the restructuring removes this entry
-}
+PRIVATE_NAMES_ALLOWED_IN: set[str] = set()
 # other libraries' private names that a module uses because the library offers no public way: (module, name)
 THIRD_PARTY_PRIVATE_NAMES = {
     # Prefect (3.9) sets a RunnerDeployment's Run form schema from the flow's signature and has no public setter;
