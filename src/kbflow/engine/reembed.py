@@ -15,6 +15,7 @@ import hashlib
 import logging
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +30,7 @@ from kbflow.embed.choice import for_namespace
 from kbflow.engine import stages
 from kbflow.engine.embedding import embed_with_cache
 from kbflow.engine.runner import DirectRunner, StageRunner
+from kbflow.engine.summary import Failure
 from kbflow.errors import ConfigError, EmbeddingError
 from kbflow.evaluate import IngestCorpus, eval_beir
 from kbflow.schemas import store_schema
@@ -102,9 +104,9 @@ def _reembed(config: KbConfig, target_config: KbConfig, state: NamespaceState, m
                                config.flow.max_workers, label="reembed texts")
     summary.update(embedded=outcome.embedded, reused=outcome.reused)
     for failure in outcome.failures:  # recorded; the namespace is not switched, a rerun resumes from the cache
-        summary["failures"].append({"stage": "reembed", "error_type": type(failure.error).__name__,
-                                    "message": str(failure.error)[:1000], "texts": len(failure.keys),
-                                    "attempts": failure.attempts})
+        summary["failures"].append(replace(Failure.of("reembed", failure.error, f"{len(failure.keys)} texts not "
+                                                      f"embedded: {failure.error}"),
+                                           attempts=failure.attempts).to_dict())
     if summary["failures"]:
         log.warning("reembed of %s not switched: %s", namespace, summary["failures"][0]["message"])
         return
@@ -115,13 +117,13 @@ def _reembed(config: KbConfig, target_config: KbConfig, state: NamespaceState, m
     if target_store.count() != live.count():
         raise ConfigError(f"the new table {new_namespace!r} holds {target_store.count()} chunks, the live one "
                           f"{live.count()}; the namespace was not switched. Run reembed again")
-    if eval_beir:
+    if eval_beir and ingest is not None:  # (checked at the start: with eval_beir, ingest is given)
         summary["eval"] = _eval_gate(config, target_config.embedder, meta["model_id"], Path(eval_beir), ingest)
         if summary["eval"]["new"] < summary["eval"]["old"] - max_ndcg_drop:
             target_store.clear()  # not live, not kept: its vectors stay in the cache for another try
-            summary["failures"].append({"stage": "reembed-eval", "error_type": "EvalGate", "message":
-                f"nDCG@10 on {eval_beir} would drop from {summary['eval']['old']} to {summary['eval']['new']} "
-                f"(more than {max_ndcg_drop}); the namespace keeps {meta['model_id']}"})
+            summary["failures"].append(Failure(
+                "reembed-eval", "EvalGate", f"nDCG@10 on {eval_beir} would drop from {summary['eval']['old']} to "
+                f"{summary['eval']['new']} (more than {max_ndcg_drop}); the namespace keeps {meta['model_id']}").to_dict())
             log.warning("reembed of %s not switched: %s", namespace, summary["failures"][-1]["message"])
             return
     state.switch_model(embedder.model_id, embedder.dimension, new_namespace)
