@@ -19,6 +19,7 @@ from kbflow.engine.ingest import ingest as run_engine_ingest  # noqa: E402
 from kbflow.engine.reembed import reembed as run_engine_reembed  # noqa: E402
 from kbflow.engine.store_check import stored_ids  # noqa: E402
 from kbflow.errors import ConfigError  # noqa: E402
+from kbflow.extras import check_config  # noqa: E402
 from kbflow.graph.store import GraphStore  # noqa: E402
 
 
@@ -40,6 +41,7 @@ def _config(config: KbConfig | str | Path | None, data_dir: str | Path | None) -
     else:
         cfg = load_config(config, data_dir=data_dir)
     check_data_dir(cfg)
+    check_config(cfg)  # a backend the config selects whose extra is missing: one line now, not mid-run
     return cfg
 
 

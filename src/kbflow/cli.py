@@ -25,6 +25,7 @@ from rich.table import Table  # noqa: E402
 from kbflow import api, progress  # noqa: E402
 from kbflow.config import check_namespace  # noqa: E402
 from kbflow.errors import ConfigError, KbflowError  # noqa: E402
+from kbflow.extras import require  # noqa: E402
 
 HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
 app = typer.Typer(help="kbflow: turn document folders into an incremental, searchable knowledge base.",
@@ -746,6 +747,7 @@ def mcp(
         if http is None and (token_file or tokens or no_auth):
             raise ConfigError("--token-file, --tokens and --no-auth-on-trusted-network apply to --http only (a stdio "
                               "server answers only the process that started it)")
+        require("mcp", "kbflow mcp")
         from kbflow import mcp_server
         from kbflow.mcp_http import load_tokens
 

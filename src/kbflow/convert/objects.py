@@ -17,6 +17,7 @@ import posixpath
 from datetime import datetime
 
 from kbflow.errors import ConfigError
+from kbflow.extras import require
 
 HASH_CHUNK = 1 << 20
 
@@ -29,6 +30,8 @@ def filesystem(url: str):
     """(fsspec file system, path without the protocol) of a URL; a missing client library is a ConfigError."""
     import fsspec
 
+    if url.startswith(("s3://", "s3a://")):
+        require("s3fs", f"source {url!r}")
     try:
         return fsspec.core.url_to_fs(url)
     except ImportError as exc:
