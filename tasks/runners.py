@@ -11,6 +11,7 @@ from prefect.task_runners import ProcessPoolTaskRunner
 
 from kbflow import portable
 from kbflow.config import KbConfig
+from kbflow.extras import require
 
 
 def task_runner_for(config: KbConfig):
@@ -22,7 +23,7 @@ def task_runner_for(config: KbConfig):
     # convert prefetch + flow.max_workers embed batches are the most a run has in flight
     if kind == "processes":
         return ProcessPoolTaskRunner(max_workers=config.flow.max_workers + 1)
-    from prefect_dask import DaskTaskRunner
+    DaskTaskRunner = require("prefect_dask", "runner.kind 'dask'").DaskTaskRunner
 
     if config.runner.dask_address:
         return DaskTaskRunner(address=config.runner.dask_address)

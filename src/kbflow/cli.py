@@ -29,6 +29,7 @@ from kbflow.cli_common import (HELP_OPTIONS, ConfigOpt, DataDirOpt, JsonOpt, Nam
 from kbflow.cli_common import fail as _fail, print_json as _print_json  # noqa: E402  (the names used below)
 from kbflow.config import check_namespace  # noqa: E402
 from kbflow.errors import ConfigError, KbflowError  # noqa: E402
+from kbflow.extras import require  # noqa: E402
 
 app = typer.Typer(help="kbflow: turn document folders into an incremental, searchable knowledge base.",
                   no_args_is_help=True, pretty_exceptions_enable=False, context_settings=HELP_OPTIONS)
@@ -496,6 +497,7 @@ def mcp(
         if http is None and (token_file or tokens or no_auth):
             raise ConfigError("--token-file, --tokens and --no-auth-on-trusted-network apply to --http only (a stdio "
                               "server answers only the process that started it)")
+        require("mcp", "kbflow mcp")
         from kbflow import mcp_server
         from kbflow.mcp_http import load_tokens
 

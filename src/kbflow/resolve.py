@@ -8,6 +8,7 @@ from pathlib import Path
 
 from kbflow.config import KbConfig, load_config
 from kbflow.errors import ConfigError
+from kbflow.extras import check_config
 from kbflow.urls import is_url
 
 
@@ -20,6 +21,7 @@ def resolve_config(config: KbConfig | str | Path | None, data_dir: str | Path | 
     else:
         cfg = load_config(config, data_dir=data_dir)
     check_data_dir(cfg)
+    check_config(cfg)  # a backend the config selects whose extra is missing: one line now, not mid-run
     return cfg
 
 

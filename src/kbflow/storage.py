@@ -16,6 +16,7 @@ import uuid
 from pathlib import Path
 
 from kbflow.urls import is_url
+from kbflow.extras import require
 
 TMP_SUFFIX = ".tmp-kbflow"
 
@@ -25,9 +26,10 @@ def location(path: str | Path):
     if isinstance(path, Path):
         return path
     if is_url(str(path)):
-        from upath import UPath
-
         url = str(path)
+        UPath = require("upath", f"data dir {url!r}").UPath
+        if url.startswith(("s3://", "s3a://")):
+            require("s3fs", f"data dir {url!r}")
         # other processes (LanceDB's own client, other workers) write here too: s3fs must not answer from a listing
         # it cached earlier
         return UPath(url, use_listings_cache=False) if url.startswith(("s3://", "s3a://")) else UPath(url)

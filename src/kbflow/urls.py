@@ -5,6 +5,7 @@ that reads one. Sources (``kbflow.convert.objects``), the data dir (``kbflow.sto
 from __future__ import annotations
 
 from kbflow.errors import ConfigError
+from kbflow.extras import require
 
 
 def is_url(source: object) -> bool:
@@ -16,6 +17,8 @@ def filesystem(url: str):
     """(fsspec file system, path without the protocol) of a URL; a missing client library is a ConfigError."""
     import fsspec
 
+    if url.startswith(("s3://", "s3a://")):
+        require("s3fs", f"source {url!r}")
     try:
         return fsspec.core.url_to_fs(url)
     except ImportError as exc:

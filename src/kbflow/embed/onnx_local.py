@@ -21,6 +21,7 @@ import numpy as np
 from kbflow.embed.local import LocalEmbedder, read_model_json
 from kbflow.environment import user_cache_dir
 from kbflow.errors import ConfigError
+from kbflow.extras import require
 
 EXPORT_VERSION = 1
 
@@ -44,8 +45,11 @@ def weights_sha256(model_dir: Path) -> str:
 def export_int8(model_dir: Path, target: Path) -> Path:
     """Export ``model_dir``'s transformer to ONNX and quantise it to int8 at ``target`` (atomic)."""
     import torch
+
+    feature = "embedder.backend 'onnx' (the int8 export)"
+    require("onnx", feature)  # torch.onnx.export and onnxruntime's quantize_dynamic write the graph with it
+    AutoModel = require("transformers", feature).AutoModel
     from onnxruntime.quantization import QuantType, quantize_dynamic
-    from transformers import AutoModel
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     bert = AutoModel.from_pretrained(str(model_dir), local_files_only=True, attn_implementation="eager").eval()

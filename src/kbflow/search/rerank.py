@@ -11,6 +11,7 @@ import httpx
 from kbflow import http
 from kbflow.config import RerankConfig
 from kbflow.errors import ConfigError, PermanentError
+from kbflow.extras import require
 from kbflow.search.remote import api_key, post_json
 
 DASHSCOPE_MAX_DOCUMENTS = 500  # per request, the API's documented limit
@@ -32,7 +33,7 @@ class CrossEncoderReranker:
             raise ConfigError(f"search.rerank.model_path {str(folder)!r} is not a model folder (no config.json); "
                               "point it at a folder saved with CrossEncoder.save()")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        from sentence_transformers import CrossEncoder
+        CrossEncoder = require("sentence_transformers", "search.rerank.kind 'cross-encoder'").CrossEncoder
 
         self.model = CrossEncoder(str(folder), device=device, local_files_only=True)
         self.batch_size = batch_size

@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from kbflow.errors import ConfigError
+from kbflow.extras import require
 from kbflow.schemas import store_schema
 from kbflow.state.files import store_unreadable
 from kbflow.stores.base import Hit, SearchFilter
@@ -53,7 +54,7 @@ def _close_clients() -> None:
 
 def _client(location: str, api_key_env: str):
     """One client per location and process: local mode allows a single client per folder."""
-    from qdrant_client import QdrantClient
+    QdrantClient = require("qdrant_client", "store.kind 'qdrant'").QdrantClient
 
     if location not in _clients:
         if location == ":memory:":
@@ -125,9 +126,7 @@ def point_id(chunk_id: str) -> str:
 class QdrantStore:
     def __init__(self, location: str, namespace: str, dimension: int, api_key_env: str = "QDRANT_API_KEY",
                  bm25_k1: float = 1.2, bm25_b: float = 0.75, bm25_avg_len: float = 120.0):
-        from qdrant_client import models
-
-        self.models = models
+        self.models = require("qdrant_client.models", "store.kind 'qdrant'")
         self.bm25 = (bm25_k1, bm25_b, bm25_avg_len)
         self._source_paths: list[str] | None = None  # distinct source paths, for glob filters; reset by writes
         self.location = location

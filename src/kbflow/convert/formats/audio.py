@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import io
 import os
-from importlib.metadata import version
 
 import numpy as np
 
 from kbflow.errors import ConversionError
+from kbflow.extras import package_version, require
 
 AUDIO_SUFFIXES = {".wav", ".flac", ".ogg", ".oga", ".mp3", ".aiff", ".aif"}
 MODEL_RATE = 16000
@@ -36,13 +36,13 @@ def audio_fingerprint(options) -> str:
         from kbflow.convert.formats.whisper import fingerprint
 
         return fingerprint(options.whisper_model_dir, options.whisper_language)
-    return f"pocketsphinx@{version('pocketsphinx')}(en-us)"
+    return f"pocketsphinx@{package_version('pocketsphinx')}(en-us)"
 
 
 def pcm16_mono(data: bytes, source: str) -> np.ndarray:
     """16 kHz mono int16 samples of an audio file."""
-    import soundfile
-    from scipy.signal import resample_poly
+    soundfile = require("soundfile", "speech recognition (audio files)")
+    resample_poly = require("scipy.signal", "speech recognition (audio files)").resample_poly
 
     try:
         samples, rate = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=True)
@@ -60,8 +60,7 @@ def pcm16_mono(data: bytes, source: str) -> np.ndarray:
 def _get_decoder():
     global _decoder
     if _decoder is None:
-        from pocketsphinx import Decoder
-
+        Decoder = require("pocketsphinx", "convert.audio_backend 'pocketsphinx'").Decoder
         _decoder = Decoder(samprate=MODEL_RATE, loglevel="FATAL")
     return _decoder
 

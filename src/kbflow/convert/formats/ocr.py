@@ -8,27 +8,25 @@ two-column band as its left column, then its right.
 from __future__ import annotations
 
 import io
-from importlib.metadata import version
 
 import numpy as np
 
 from kbflow.convert.formats.text import escape_line
 from kbflow.errors import ConversionError
+from kbflow.extras import package_version, require
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".gif", ".webp"}
 _engine = None
 
 
 def ocr_fingerprint(max_side: int) -> str:
-    return f"rapidocr-onnxruntime@{version('rapidocr-onnxruntime')}(PP-OCRv4 ch+en,side{max_side})"
+    return f"rapidocr-onnxruntime@{package_version('rapidocr-onnxruntime')}(PP-OCRv4 ch+en,side{max_side})"
 
 
 def _get_engine():
     global _engine
     if _engine is None:
-        from rapidocr_onnxruntime import RapidOCR
-
-        _engine = RapidOCR()
+        _engine = require("rapidocr_onnxruntime", "OCR (images, PDF pages without text)").RapidOCR()
     return _engine
 
 

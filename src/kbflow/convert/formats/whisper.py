@@ -14,7 +14,6 @@ import hashlib
 import os
 import shutil
 import threading
-from importlib.metadata import version
 from importlib.util import find_spec
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import numpy as np
 
 from kbflow.environment import user_cache_dir
 from kbflow.errors import ConfigError, ConversionError
+from kbflow.extras import missing, package_version, require
 
 PACKAGED_SHA256 = "d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9"  # model.bin, both parts
 PACKAGED_NAME = f"whisper-base-ct2-{PACKAGED_SHA256[:12]}"
@@ -46,9 +46,8 @@ def models_dir() -> Path:
 def _part_dir(package: str) -> Path:
     spec = find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise ConfigError(f"speech backend 'whisper' needs the package {package.replace('_', '-')} (a kbflow "
-                          "dependency: reinstall kbflow), or set convert.whisper_model_dir to a CTranslate2 Whisper "
-                          "model folder")
+        raise missing(package, "the packaged Whisper model (or set convert.whisper_model_dir to a CTranslate2 "
+                               "Whisper model folder)")
     return Path(list(spec.submodule_search_locations)[0]) / "data"
 
 
@@ -107,7 +106,7 @@ def model_id(model_dir: str | None) -> str:
 
 
 def fingerprint(model_dir: str | None, language: str | None) -> str:
-    return (f"whisper@{version('faster-whisper')}+ctranslate2@{version('ctranslate2')}"
+    return (f"whisper@{package_version('faster-whisper')}+ctranslate2@{package_version('ctranslate2')}"
             f"({model_id(model_dir)},int8,beam{BEAM_SIZE},vad,no-prev-text,lang={language or 'detect'})")
 
 
@@ -116,8 +115,7 @@ def _model(model_dir: str | None):
     with _lock:
         if folder not in _models:
             model_id(model_dir)  # a clear error for a folder that is not a model
-            from faster_whisper import WhisperModel
-
+            WhisperModel = require("faster_whisper", "convert.audio_backend 'whisper'").WhisperModel
             _models[folder] = WhisperModel(folder, device="cpu", compute_type="int8",
                                            cpu_threads=min(4, os.cpu_count() or 1))
         return _models[folder]
