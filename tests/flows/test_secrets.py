@@ -81,6 +81,7 @@ def test_planted_key_appears_nowhere(docs_dir, tmp_path, monkeypatch, own_backen
         assert server.requests, "the server saw no request: the test proves nothing"
         assert all((request["auth"] or "").endswith(KEY) for request in server.requests)  # the key was really used
     needle = KEY.encode()
+    assert len(list((tmp_path / "data").rglob("*.parquet"))) > 3  # the scan below reads a real data dir
     assert files_holding(tmp_path / "data", needle) == []
     assert needle not in cli.stdout and needle not in cli.stderr
     assert KEY not in str(refused.value) and KEY not in repr(failed) and KEY not in repr(summary)
