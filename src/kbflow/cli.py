@@ -24,6 +24,7 @@ from rich.table import Table  # noqa: E402
 
 from kbflow import api, progress  # noqa: E402
 from kbflow.config import check_namespace  # noqa: E402
+from kbflow.config_show import config_app  # noqa: E402
 from kbflow.errors import ConfigError, KbflowError  # noqa: E402
 
 HELP_OPTIONS = {"help_option_names": ["-h", "--help"]}
@@ -32,6 +33,7 @@ app = typer.Typer(help="kbflow: turn document folders into an incremental, searc
 bench_app = typer.Typer(help="Benchmarks: results as JSON (and plots), never timed tests.", no_args_is_help=True,
                         context_settings=HELP_OPTIONS)
 app.add_typer(bench_app, name="bench")
+app.add_typer(config_app, name="config")
 out = Console()
 err = Console(stderr=True)
 

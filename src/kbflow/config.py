@@ -464,7 +464,26 @@ def check_namespace(name: str) -> str:
 ENV_PREFIX = "KBFLOW__"
 
 
-def _apply_env(raw: dict, environ) -> None:
+# Where each value of the raw mapping came from, keyed by its path there: "file PATH", "environment NAME" or
+# "flag --NAME". A path missing from it holds its built-in default. (`kbflow config show` prints it.)
+Origins = dict[tuple[str, ...], str]
+
+
+def _set_origin(origins: Origins | None, path: tuple[str, ...], value: object, label: str) -> None:
+    """Record ``label`` for every leaf of ``value`` set at ``path`` (a list is one leaf), dropping what the value
+    replaced: an environment variable that sets a whole section replaces the file's values in it."""
+    if origins is None:
+        return
+    for key in [key for key in origins if key[:len(path)] == path]:
+        del origins[key]
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _set_origin(origins, (*path, str(key)), item, label)
+    elif path:
+        origins[path] = label
+
+
+def _apply_env(raw: dict, environ, origins: Origins | None = None) -> None:
     """``KBFLOW__SECTION__FIELD=value`` sets ``section.field`` (any depth; the value is read as YAML, so ``128``,
     ``true`` and ``[a, b]`` keep their types). Names are matched case-insensitively; validation names a wrong one."""
     for name in sorted(environ):
@@ -485,6 +504,7 @@ def _apply_env(raw: dict, environ) -> None:
             if not isinstance(target, dict):
                 raise ConfigError(f"environment variable {name}: {part!r} is a value, not a section")
         target[path[-1]] = value
+        _set_origin(origins, tuple(path), value, f"environment {name}")
 
 
 def load_config(path: str | Path | None = None, **overrides: object) -> KbConfig:
@@ -494,7 +514,14 @@ def load_config(path: str | Path | None = None, **overrides: object) -> KbConfig
     ``KBFLOW_DATA_DIR`` in the environment overrides ``data_dir`` unless an explicit override is given;
     ``KBFLOW__SECTION__FIELD`` variables override single fields of the file (see ``_apply_env``).
     """
+    return load_config_with_origins(path, **overrides)[0]
+
+
+def load_config_with_origins(path: str | Path | None = None, **overrides: object) -> tuple[KbConfig, Origins]:
+    """``load_config``, also returning where each value that is not a built-in default came from (``Origins``);
+    a keyword override is labelled as the command-line flag that passes it (``data_dir``: ``flag --data-dir``)."""
     raw: dict = {}
+    origins: Origins = {}
     if path is not None:
         path = Path(path)
         if not path.is_file():
@@ -505,12 +532,17 @@ def load_config(path: str | Path | None = None, **overrides: object) -> KbConfig
             raise ConfigError(f"config file {str(path)!r} is not valid YAML: {exc}") from exc
         if not isinstance(raw, dict):
             raise ConfigError(f"config file {str(path)!r} must hold a mapping at the top level")
+        _set_origin(origins, (), raw, f"file {path}")
     if os.environ.get("KBFLOW_DATA_DIR") and overrides.get("data_dir") is None:
         raw["data_dir"] = os.environ["KBFLOW_DATA_DIR"]
-    _apply_env(raw, os.environ)
-    raw.update({key: value for key, value in overrides.items() if value is not None})
+        _set_origin(origins, ("data_dir",), raw["data_dir"], "environment KBFLOW_DATA_DIR")
+    _apply_env(raw, os.environ, origins)
+    for key, value in overrides.items():
+        if value is not None:
+            raw[key] = value
+            _set_origin(origins, (key,), value, f"flag --{key.replace('_', '-')}")
     try:
-        return KbConfig.model_validate(raw)
+        return KbConfig.model_validate(raw), origins
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']} (got {err.get('input')!r})" for err in exc.errors()
