@@ -170,6 +170,9 @@ def render_markdown() -> str:
         "their types; names are case-insensitive. `KBFLOW_DATA_DIR` also sets `data_dir`;",
         "4. command-line flags such as `--namespace` and `--data-dir`.",
         "",
+        "`kbflow config show [--config FILE] [--json]` prints every setting's effective value (`search.mode = "
+        "\"hybrid\"`) and which of these it came from: the default, the file, the environment variable or the flag.",
+        "",
         "Unknown keys and out-of-range values stop the command with an error naming the field. A config never "
         "holds a secret: settings ending in `_env` name the environment variable that holds it.",
         "",
