@@ -241,10 +241,11 @@ def migrate_flat_keys(section: object, where: str = "embedder",
     if moves:
         moved = [f"{old} -> {new}" for old, new in moves if new]
         dropped = [old for old, new in moves if not new]
-        message = "config: old embedder settings, still read: " + "; ".join(
+        backend = section["backend"]
+        message = "config: old flat embedder settings: " + "; ".join(
             (["moved " + ", ".join(moved)] if moved else []) +
-            ([f"not read by backend {section['backend']!r}, dropped: " + ", ".join(dropped)] if dropped else []))
-        message += "; write the per-backend section (docs/configuration.md#embedder)"
+            ([f"dropped (backend {backend!r} never read them) " + ", ".join(dropped)] if dropped else []))
+        message += f"; write the backend's section (docs/configuration.md#{where}-backend-{backend})"
         if message not in _warned:
             _warned.add(message)
             sys.stderr.write(f"warning: {message}\n")

@@ -60,7 +60,8 @@ def test_a_flat_section_loads_as_the_sections_and_says_so_once(tmp_path, capsys)
     assert len(warned) == 1, warned  # once per process, for every load and every key
     assert "embedder.timeout_s -> embedder.connection.timeout_s" in warned[0]
     assert "embedder.api_key_env -> embedder.connection.api_key_env" in warned[0]
-    assert "not read by backend 'dashscope', dropped: embedder.threads" in warned[0]
+    assert "dropped (backend 'dashscope' never read them) embedder.threads;" in warned[0]
+    assert warned[0].endswith("(docs/configuration.md#embedder-backend-dashscope)")
     load_config(new)
     assert capsys.readouterr().err == ""  # the new shape is silent
 
@@ -87,7 +88,7 @@ def test_flat_keys_from_the_environment_move_too_and_keep_their_source(tmp_path,
 def test_the_old_generated_default_yaml_loads_as_the_defaults(capsys):
     """A config copied from configs/default.yaml as it was (all 25 embedder settings flat) is today's defaults."""
     assert load_config(FLAT_DEFAULT).model_dump() == load_config(None, sources=["data/sample"]).model_dump()
-    assert "not read by backend 'auto', dropped" in capsys.readouterr().err
+    assert "dropped (backend 'auto' never read them) embedder.model," in capsys.readouterr().err
 
 
 def test_each_backend_takes_only_its_own_settings(tmp_path):
