@@ -147,7 +147,7 @@ ENTRIES: list[Entry] = [
           "return RetryPolicy(attempts=1 + c.retries,",
           "return RetryPolicy(attempts=c.retries,",
           "tests/flows/test_embed_retries.py::test_exhausted_retries_fail_the_batch_with_its_attempts",
-          "embedder.retries read as tries, not retries (one try short)"),
+          "embedder.connection.retries read as tries, not retries (one try short)"),
     Entry("backoff-exponent-off-by-one", "src/kbflow/retry.py",
           "self.backoff_s * 2 ** (attempt - 1)",
           "self.backoff_s * 2 ** attempt",

@@ -62,20 +62,55 @@ def _list_item_model(annotation) -> type[BaseModel] | None:
     return None
 
 
-def sections(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], list[Setting]]]:
-    """(section path, its plain settings) for the model and every nested section, in declaration order."""
+class SectionPath(tuple):
+    """A section's keys; ``variant`` names the choice ('backend: e5') of a section with one model per value of a
+    field (the embedder), and ``model`` is the section's model."""
+
+    variant: str = ""
+    model: type[BaseModel] | None = None
+
+
+def _section_path(keys: tuple[str, ...], variant: str, model: type[BaseModel]) -> SectionPath:
+    path = SectionPath(keys)
+    path.variant, path.model = variant, model
+    return path
+
+
+def _union_models(info: FieldInfo) -> tuple[str, list[type[BaseModel]]] | None:
+    """(discriminator field, its models) of a field holding one of several models chosen by a field's value."""
+    if not info.discriminator:
+        return None
+    return info.discriminator, [arg for arg in typing.get_args(info.annotation) if _model_of(arg)]
+
+
+def _variant(model: type[BaseModel], tag: str) -> str:
+    (value,) = typing.get_args(model.model_fields[tag].annotation)
+    return f"{tag}: {value}"
+
+
+def sections(model: type[BaseModel], prefix: tuple[str, ...] = (),
+             variant: str = "") -> list[tuple[tuple[str, ...], list[Setting]]]:
+    """(section path, its plain settings) for the model and every nested section, in declaration order; a field
+    holding one of several models (``embedder``: one per backend) gives one section per model."""
     own: list[Setting] = []
     nested: list[tuple[tuple[str, ...], list[Setting]]] = []
     for name, info in model.model_fields.items():
         annotation = info.annotation
         if _model_of(annotation):
-            nested.extend(sections(annotation, prefix + (name,)))
+            nested.extend(sections(annotation, prefix + (name,), variant))
+            continue
+        union = _union_models(info)
+        if union:
+            tag, models = union
+            for choice in models:
+                nested.extend(sections(choice, prefix + (name,), _variant(choice, tag)))
             continue
         own.append(Setting(prefix + (name,), info, annotation))
         item = _list_item_model(annotation)
         if item:
             nested.extend(sections(item, prefix + (name, "[]")))
-    return [(prefix, own)] + nested if own or not prefix else nested
+    here = _section_path(prefix, variant, model)
+    return [(here, own)] + nested if own or not prefix else nested
 
 
 def _bounds(metadata) -> str:
@@ -119,7 +154,8 @@ def render_type(annotation, metadata=()) -> str:
 
 def default_of(setting: Setting):
     if setting.info.is_required():
-        return PydanticUndefined
+        tag = typing.get_args(setting.annotation) if typing.get_origin(setting.annotation) is typing.Literal else ()
+        return tag[0] if len(tag) == 1 else PydanticUndefined
     value = setting.info.get_default(call_default_factory=True)
     return _plain(value)
 
@@ -170,17 +206,22 @@ def render_markdown() -> str:
         "their types; names are case-insensitive. `KBFLOW_DATA_DIR` also sets `data_dir`;",
         "4. command-line flags such as `--namespace` and `--data-dir`.",
         "",
+        "`kbflow config show [--config FILE] [--json]` prints every setting's effective value (`search.mode = "
+        "\"hybrid\"`) and which of these it came from: the default, the file, the environment variable or the flag.",
+        "",
         "Unknown keys and out-of-range values stop the command with an error naming the field. A config never "
         "holds a secret: settings ending in `_env` name the environment variable that holds it.",
         "",
     ]
     all_sections = sections(KbConfig)
-    lines.append("Sections: " + " · ".join(
-        f"[{'.'.join(path).replace('.[]', '[]') or 'top level'}](#{_anchor(path)})" for path, _ in all_sections))
+    lines.append("Sections: " + " · ".join(f"[{_title(path)}](#{_anchor(path)})" for path, _ in all_sections))
     lines.append("")
     for path, settings in all_sections:
-        title = ".".join(path).replace(".[]", "[]") or "top level"
-        lines += [f"## {title}", ""]
+        lines += [f"## {_title(path)}", ""]
+        if path.variant and path.model.__doc__ and path.variant.split(": ")[0] in path.model.model_fields:
+            tag = path.variant.split(": ")[0]
+            lines += [f"With `{'.'.join(path)}.{path.variant}`: {' '.join(path.model.__doc__.split())} The "
+                      f"`{path[-1]}` section holds only the settings of its `{tag}` (one table per `{tag}`).", ""]
         if path and path[-1] == "[]":
             parent = ".".join(path[:-1])
             lines += [f"Each entry of the `{parent}` list has these fields; set the whole list from the environment "
@@ -197,8 +238,13 @@ def render_markdown() -> str:
     return "\n".join(lines)
 
 
+def _title(path: tuple[str, ...]) -> str:
+    title = ".".join(path).replace(".[]", "[]") or "top level"
+    return f"{title} ({getattr(path, 'variant', '')})" if getattr(path, "variant", "") else title
+
+
 def _anchor(path: tuple[str, ...]) -> str:
-    title = (".".join(path).replace(".[]", "[]") or "top level").lower()
+    title = _title(path).lower()
     return "".join(ch for ch in title.replace(" ", "-") if ch.isalnum() or ch in "-_")
 
 
@@ -243,6 +289,13 @@ def _yaml_model(model: type[BaseModel], path: tuple[str, ...], indent: str, valu
     for name, info in model.model_fields.items():
         setting_path = path + (name,)
         nested = _model_of(info.annotation)
+        if _union_models(info):  # written as the default's model; the reference has one table per choice
+            nested = type(info.get_default(call_default_factory=True))
+            lines += ["", f"{indent}# one section per {info.discriminator}: docs/configuration.md#{name}-"
+                          f"{info.discriminator}-{nested.model_fields[info.discriminator].default}"]
+            lines += [f"{indent}{name}:"]
+            lines += _yaml_model(nested, setting_path, indent + "  ", (values or {}).get(name))
+            continue
         if nested:
             lines += ["", f"{indent}{name}:"]  # docs/configuration.md#<section path> has the section's table
             lines += _yaml_model(nested, setting_path, indent + "  ", (values or {}).get(name))

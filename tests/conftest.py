@@ -19,7 +19,7 @@ os.environ.setdefault("KBFLOW__EMBEDDER__BACKEND", "local")
 
 import pytest  # noqa: E402
 
-from kbflow.config import EmbedderConfig  # noqa: E402
+from kbflow.embedder_config import embedder_config  # noqa: E402
 from kbflow.embed import get_embedder  # noqa: E402
 
 CASES = Path(__file__).parent / "cases"
@@ -55,7 +55,7 @@ def own_backend(monkeypatch):
 
 @pytest.fixture(scope="session")
 def real_embedder():
-    return get_embedder(EmbedderConfig(backend="local"))
+    return get_embedder(embedder_config(backend="local"))
 
 
 @pytest.fixture

@@ -28,12 +28,14 @@ from kbflow.cli_common import (HELP_OPTIONS, ConfigOpt, DataDirOpt, JsonOpt, Nam
                                err, out)
 from kbflow.cli_common import fail as _fail, print_json as _print_json  # noqa: E402  (the names used below)
 from kbflow.config import check_namespace  # noqa: E402
+from kbflow.config_show import config_app  # noqa: E402
 from kbflow.errors import ConfigError, KbflowError  # noqa: E402
 from kbflow.extras import require  # noqa: E402
 
 app = typer.Typer(help="kbflow: turn document folders into an incremental, searchable knowledge base.",
                   no_args_is_help=True, pretty_exceptions_enable=False, context_settings=HELP_OPTIONS)
 app.add_typer(bench_app, name="bench")
+app.add_typer(config_app, name="config")
 
 
 def _version(value: bool) -> None:

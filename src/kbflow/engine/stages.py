@@ -57,7 +57,7 @@ def policies(config: KbConfig) -> dict[Callable[..., Any], RetryPolicy]:
         chunk: NO_RETRY,
         graph: NO_RETRY,
         # the whole embed stage again, after one of its provider requests used up its own retries (a remote
-        # embedder retries each request under embedder.retries / retry_budget_s); it resumes from the vector
+        # embedder retries each request under embedder.connection.retries / retry_budget_s); it resumes from the vector
         # cache, so requests that finished are not sent again
         embed: RetryPolicy(attempts=1 + embedder.task_retries, backoff_s=max(1.0, embedder.retry_backoff_s * 8),
                              max_retry_after_s=embedder.max_retry_after_s),
