@@ -202,6 +202,8 @@ class _Site:
         return url.startswith(self.site) and not any(fnmatch.fnmatch(path, p) for p in self.config.exclude)
 
     def page(self, url: str, lastmod: str | None = None) -> _Page:
+        if self.robots is None:
+            raise RuntimeError("read_robots() must run before the site's pages are read")
         if not self.robots.can_fetch(self.config.user_agent, url):
             self._count("disallowed")
             return _Page(None, None)
@@ -232,6 +234,8 @@ class _Site:
                                 mtime=0.0, mime="text/html", unreadable=reason)
             return _Page(failed, old, list((old or {}).get("links", [])))
         if fetched.status == 304:
+            if old is None:  # only a conditional request (sent for a stored page) may be answered 304
+                raise PermanentError(f"URL {url!r} answered 304 Not Modified to a request that was not conditional")
             self._count("not_modified")
             return self._unchanged(url, {**old, "lastmod": lastmod})
         return self._downloaded(url, fetched, source_path, doc_id, lastmod)
