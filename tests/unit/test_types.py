@@ -24,15 +24,17 @@ def test_kbflow_type_checks_clean():
 
 
 def test_a_stage_called_with_the_wrong_arguments_or_result_type_is_a_type_error(tmp_path):
+    # line 7 uses a stage with a typed result (index: dict): pyarrow ships no type information, so a pa.Table
+    # result is Any to mypy and assigning it to an int is no error
     wrong = tmp_path / "wrong_stage_call.py"
     wrong.write_text(
         "from kbflow.engine import stages\n"
         "from kbflow.engine.runner import DirectRunner, call\n"
         "\n"
         "\n"
-        "def use(runner: DirectRunner, documents) -> None:\n"
+        "def use(runner: DirectRunner, documents, store) -> None:\n"
         "    runner.run(call(stages.split, documents, 2), label='one argument too many')\n"
-        "    count: int = runner.run(call(stages.split, documents), label='a table, not an int')\n"
+        "    count: int = runner.run(call(stages.index, store), label='a dict, not an int')\n"
         "    runner.submit(call(stages.index), label='the store is missing')\n")
     out, status = _mypy("--follow-imports=silent", str(wrong))
     assert status == 1, out
