@@ -7,6 +7,7 @@ snapshots and summary either way. The read side never touches Prefect.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from kbflow.environment import set_quiet_offline_defaults
@@ -33,7 +34,7 @@ from kbflow.stores import Hit, SearchFilter, open_store  # noqa: E402
 from kbflow.stores.factory import store_uri  # noqa: E402
 
 
-def ingest(sources: list[str] | None, namespace: str | None = None, config: KbConfig | str | Path | None = None,
+def ingest(sources: Sequence[str | Path] | None, namespace: str | None = None, config: KbConfig | str | Path | None = None,
            data_dir: str | Path | None = None, dry_run: bool = False, force: bool = False,
            allow_mass_delete: bool = False) -> dict:
     """Ingest files and folders (changed ones only); returns the run summary."""

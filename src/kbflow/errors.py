@@ -59,8 +59,9 @@ class DeletionGuardError(PermanentError):
 
 def is_transient(exc: BaseException) -> bool:
     """True when ``exc`` (or the error it wraps) is marked transient."""
-    while exc is not None:
-        if isinstance(exc, KbflowError):
-            return exc.transient
-        exc = exc.__cause__
+    error: BaseException | None = exc
+    while error is not None:
+        if isinstance(error, KbflowError):
+            return error.transient
+        error = error.__cause__
     return False

@@ -211,11 +211,18 @@ class Tools:
         name = (filename or "").strip()
         if not name or Path(name).name != name or name.startswith("."):
             raise ToolError(f"filename {filename!r} must be a plain file name with an extension, e.g. notes.md")
-        size = len(content.encode("utf-8")) if content is not None else len(content_base64) * 3 // 4
+        inline_base64 = ""
+        if content is not None:
+            size = len(content.encode("utf-8"))
+        elif content_base64 is not None:
+            inline_base64 = content_base64
+            size = len(inline_base64) * 3 // 4
+        else:  # ruled out above
+            raise ToolError("pass either path, or filename with content or content_base64")
         if size > self.inline_bytes:
             raise ToolError(self._too_large(size))
         try:
-            data = content.encode("utf-8") if content is not None else base64.b64decode(content_base64,
+            data = content.encode("utf-8") if content is not None else base64.b64decode(inline_base64,
                                                                                          validate=True)
         except binascii.Error as exc:
             raise ToolError(f"content_base64 is not valid base64 ({exc})") from None

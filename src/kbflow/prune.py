@@ -72,16 +72,17 @@ def prune(config: KbConfig, keep_runs: int, namespaces: list[str] | None = None,
             if superseded:
                 report.setdefault("superseded_removed", {})[namespace] = superseded
             table_name = f"chunks_{state.store_namespace()}"
-            if config.store.kind == "lancedb" and table_name in tables:
+            if db is not None and config.store.kind == "lancedb" and table_name in tables:
                 report["tables"][table_name] = _optimize(db.open_table(table_name), versions_older_than)
             graph_table = f"graph_{namespace}"  # the graph's edges (graph.enabled): replaced per document batch
-            if graph_table in tables:
+            if db is not None and graph_table in tables:
                 report["tables"][graph_table] = _optimize(db.open_table(graph_table), versions_older_than)
         if not storage.is_remote(state.root) and state.root.is_dir() and not any(state.root.iterdir()):  # the lock made the folder; a namespace never ingested keeps no trace
             state.root.rmdir()
     # the vector caches and the LLM fact caches (graph.llm_extract): append-only, shared by namespaces (a namespace
     # named facts_… has its graph table compacted above, under its lock)
     for table_name in sorted(t for t in tables if t.startswith("vectors_") or FACT_TABLE_RE.fullmatch(t)):
+        assert db is not None  # tables is empty without a database
         report["tables"][table_name] = _optimize(db.open_table(table_name), versions_older_than)
     days = config.flow.cache_days if result_days is None else result_days
     report["results_removed"] = housekeeping.prune_results(data_dir / "prefect" / "results", days)

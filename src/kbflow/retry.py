@@ -80,7 +80,7 @@ def call_with_retries(call: Callable[[], T], policy: RetryPolicy,
         except Exception as error:
             delay = policy.delay(attempt, error)
             if not policy.should_retry(error, attempt, clock() - started, delay):
-                error.attempts = attempt
+                setattr(error, "attempts", attempt)  # on any exception type: read with getattr(..., 1)
                 raise
             if on_retry is not None:
                 on_retry(error, attempt, delay)

@@ -28,6 +28,7 @@ import ipaddress
 import os
 import posixpath
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urljoin, urlsplit
@@ -101,7 +102,7 @@ class SourcePolicy:
     source_setting: str = "--allow-source"
 
     @classmethod
-    def create(cls, roots: list[str | Path], allow_sources: list[str] = (), root_setting: str = "--root",
+    def create(cls, roots: Sequence[str | Path], allow_sources: Sequence[str] = (), root_setting: str = "--root",
                source_setting: str = "--allow-source") -> SourcePolicy:
         """Resolve the roots once (each must be an existing folder) and parse the prefixes: a bad one is an error
         at start-up, never a silently narrower or wider policy."""
@@ -163,9 +164,9 @@ class SourcePolicy:
                 found = folder.stat()
             except OSError:
                 continue  # a tail that does not exist yet
-            root = identities.get((found.st_dev, found.st_ino))
-            if root is not None:
-                return root
+            owner = identities.get((found.st_dev, found.st_ino))
+            if owner is not None:
+                return owner
         return None
 
     def contains(self, path: Path) -> bool:
@@ -232,7 +233,7 @@ def http_error(message: str, status: int) -> TransientError | PermanentError:
     is kept on it so that a caller can tell a page that is gone (404/410) from one that failed."""
     error = TransientError(message) if status in (408, 425, 429) or status >= 500 else \
         PermanentError(message + "; check the address")
-    error.status = status
+    setattr(error, "status", status)  # read with getattr: other errors have none
     return error
 
 

@@ -22,6 +22,7 @@ from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+import pyarrow as pa
 
 from kbflow.config import KbConfig
 from kbflow.embed import get_embedder
@@ -95,14 +96,15 @@ def verify(config: KbConfig, namespace: str, repair: bool = False) -> Report:
     cache = VectorCache(store_uri(config), model_id, dimension)
     unreadable = [Finding(check, reason) for check, reason in (("store", store_damage),
                                                                 ("vector-cache", cache.unreadable())) if reason]
-    manifest = None
+    manifest: pa.Table | None = None
     for check, read in (("last_run.json", state.last_run), ("manifest.parquet", state.read_manifest)):
         try:
             result = read()
         except StateDamaged as exc:
             unreadable.append(Finding(check, str(exc)))
         else:
-            manifest = result if check == "manifest.parquet" else manifest
+            if isinstance(result, pa.Table):  # the manifest (last_run.json reads as a dict)
+                manifest = result
     findings += unreadable
     if unreadable and not repair:  # the checks below read what is unreadable
         return Report(namespace, model_id, dict(EMPTY_COUNTS), findings)
@@ -122,6 +124,8 @@ def verify(config: KbConfig, namespace: str, repair: bool = False) -> Report:
         manifest = heal.rebuild_manifest(state, store, model_id)
         healed["manifest.parquet"] = (f"rebuilt from the store: {manifest.num_rows} documents, re-checked by the "
                                       "next ingest")
+    if manifest is None:  # unreadable without repair returned above; repaired, it was rebuilt
+        raise RuntimeError("the manifest was neither read nor rebuilt")
 
     rows = store.rows(["chunk_id", "doc_id", "embed_sha256", "vector"])
     chunk_ids = rows.column("chunk_id").to_pylist()

@@ -250,3 +250,18 @@ def test_a_sitemap_lastmod_that_did_not_move_saves_the_request(releases, tmp_pat
         assert [s.source_sha256 for s in again.sources] == [s.source_sha256 for s in first.sources]
         again = scan_web([site.url + "sitemap.xml"], "ns", WebConfig(use_lastmod=False), folder)
         assert again.counts["not_modified"] == 2
+
+
+def test_a_304_to_a_page_never_stored_fails_that_page_only(releases, tmp_path):
+    """A server answering 304 to an unconditional request (nothing stored, so no validators were sent) leaves no
+    version to keep: that page fails, with the reason, and the rest of the site is read (it used to stop the whole
+    scan with a TypeError, found by the type checker)."""
+    state = SiteState(releases["15.18"], pages=["tutorial-sql.html", "sql-do.html"])
+    with StaticSite(state) as site:
+        state.status = {"sql-do.html": 304}
+        scan = scan_web([site.url + "sitemap.xml"], "ns", WebConfig(requests_per_second=100), tmp_path / "web",
+                        save=False)
+    assert scan.counts["failed"] == 1 and not scan.unreadable
+    by_name = {source.source_path.rsplit("/", 1)[-1]: source for source in scan.sources}
+    assert not by_name["tutorial-sql.html"].unreadable
+    assert "304 Not Modified" in by_name["sql-do.html"].unreadable

@@ -74,7 +74,9 @@ def pdf_speedup(pdf: Path, repeats: int = 1) -> dict:
     """PDFium text path (OCR off, so both read only the text layer) against MarkItDown's pdfminer path.
 
     Wall time and this process's CPU time (user + system): on a shared machine the CPU time is the fair figure."""
-    timings, cpu, texts = {}, {}, {}
+    timings: dict[str, float] = {}
+    cpu: dict[str, float] = {}
+    texts: dict[str, str] = {}
     for engine in ("pdfium", "markitdown"):
         options = ConvertConfig(pdf_engine=engine, ocr=False)
         for _ in range(repeats):

@@ -93,7 +93,8 @@ def time_encode(embedder, texts: list[str]) -> tuple[np.ndarray, float, float]:
     return vectors, time.perf_counter() - started, time.process_time() - cpu_started
 
 
-def bench_backend(label: str, settings: dict, texts: list[str], reference: np.ndarray | None) -> dict:
+def bench_backend(label: str, settings: dict, texts: list[str],
+                  reference: np.ndarray | None) -> tuple[dict, np.ndarray]:
     embedder = get_embedder(embedder_config(**settings))
     counter = embedder.token_counter()
     counts = [count + counter.special_tokens for count in counter.count(texts)]
@@ -155,10 +156,11 @@ def bench_embed(corpus: Path, limit: int, backends: list[str], pipeline_backend:
         if label == "minilm-fp32-torch":
             reference = vectors
         rows.append(row)
+    probe_after = matmul_probe()
     result = {"corpus": str(corpus), "chunks": len(texts), "files": len(files), "sample_s": round(sample_s, 1),
               "batch": BATCH, "short_words": SHORT_WORDS, "backends": rows,
-              "probe": {**probe, "after": matmul_probe()}}  # before and after: how much the machine's load moved
-    ceiling = max(probe["gflops"], result["probe"]["after"]["gflops"])
+              "probe": {**probe, "after": probe_after}}  # before and after: how much the machine's load moved
+    ceiling = max(probe["gflops"], probe_after["gflops"])
     for row in rows:
         if "gflops" in row:
             row["share_of_probe"] = round(row["gflops"] / ceiling, 3)

@@ -99,20 +99,20 @@ def bench_ingest(corpus: Path, update_to: Path | None, out_file: Path, work_dir:
                               "new corpus. Give both versions the same top folder name")
     embedder = get_embedder(load_config(config).embedder)
     work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="kbflow-bench-"))
-    data_dir = location(data_dir) if data_dir else work / "data"
+    data_path = location(data_dir) if data_dir else work / "data"
     source_a = corpus_dir(corpus, work / "corpus-a")
     source_b = corpus_dir(update_to, work / "corpus-b") if update_to else None
     started = time.perf_counter()
     embedder.embed_documents(["warm up"])  # model load is timed on its own, not charged to the first phase
     load_s = time.perf_counter() - started
-    phases = [_phase("full", [str(source_a)], "bench", data_dir, config)]
-    phases.append(_phase("rerun", [str(source_a)], "bench", data_dir, config))
-    phases.append(_process_rerun([str(source_a)], "bench", data_dir, config))
+    phases = [_phase("full", [str(source_a)], "bench", data_path, config)]
+    phases.append(_phase("rerun", [str(source_a)], "bench", data_path, config))
+    phases.append(_process_rerun([str(source_a)], "bench", data_path, config))
     if update_to:
-        phases.append(_phase("update", [str(source_b)], "bench", data_dir, config))
-        phases.append(_phase("fresh-of-update", [str(source_b)], "bench-fresh", data_dir, config))
+        phases.append(_phase("update", [str(source_b)], "bench", data_path, config))
+        phases.append(_phase("fresh-of-update", [str(source_b)], "bench-fresh", data_path, config))
     by_name = {phase["phase"]: phase for phase in phases}
-    full_texts = _run_texts(data_dir, "bench", by_name["full"]["run_id"])
+    full_texts = _run_texts(data_path, "bench", by_name["full"]["run_id"])
     floor = _floor(full_texts, config)
     ratios = {
         "full_over_floor": round(by_name["full"]["wall_s"] / floor["wall_s"], 3),
@@ -122,10 +122,10 @@ def bench_ingest(corpus: Path, update_to: Path | None, out_file: Path, work_dir:
     }
     if update_to:
         ratios["update_over_full"] = round(by_name["update"]["wall_s"] / by_name["full"]["wall_s"], 4)
-        ratios["update_store_equals_fresh"] = same_store(config, data_dir, "bench", "bench-fresh", embedder.dimension)
+        ratios["update_store_equals_fresh"] = same_store(config, data_path, "bench", "bench-fresh", embedder.dimension)
         # the update's own floor: the model alone on the texts it had to embed (those no earlier run embedded; the
         # re-runs embed none), what no pipeline can avoid; the rest of the update's time is the machinery's
-        update_texts = {key: text for key, text in _run_texts(data_dir, "bench", by_name["update"]["run_id"]).items()
+        update_texts = {key: text for key, text in _run_texts(data_path, "bench", by_name["update"]["run_id"]).items()
                         if key not in full_texts}
         floors = {"update_floor": _floor(update_texts, config, "update-floor")}
         ratios["update_floor_over_full"] = round(floors["update_floor"]["wall_s"] / by_name["full"]["wall_s"], 4)

@@ -42,8 +42,10 @@ def bench_llm(corpus: Path, models: list[Path], out_file: Path, config: KbConfig
     for model in models:
         check_model_file(str(model))
     asked = [(q, False) for q in (questions or QUESTIONS)] + [(q, True) for q in (unanswerable or UNANSWERABLE)]
-    result = {"corpus": str(corpus), "machine": f"{platform.machine()}, {platform.python_version()}",
-              "threads": threads, "models": {}}
+    models_result: dict[str, dict] = {}
+    result: dict[str, object] = {"corpus": str(corpus),
+                                 "machine": f"{platform.machine()}, {platform.python_version()}",
+                                 "threads": threads, "models": models_result}
     with tempfile.TemporaryDirectory(prefix="kbflow-bench-llm-") as data_dir:
         base = config.model_copy(update={"data_dir": Path(data_dir), "namespace": "bench"})
         started = time.perf_counter()
@@ -57,7 +59,7 @@ def bench_llm(corpus: Path, models: list[Path], out_file: Path, config: KbConfig
             started = time.perf_counter()
             chat = searcher.chat  # loads the model: timed apart from the questions
             load_s = time.perf_counter() - started
-            runs = []
+            runs: list[dict[str, object]] = []
             for question, expect_unknown in asked:
                 started = time.perf_counter()
                 try:
@@ -78,7 +80,7 @@ def bench_llm(corpus: Path, models: list[Path], out_file: Path, config: KbConfig
                     "says_unknown": any(phrase in text.lower() for phrase in DONT_KNOW),
                 })
             done = [run for run in runs if "error" not in run]
-            result["models"][Path(model).name] = {
+            models_result[Path(model).name] = {
                 "path": str(model), "bytes": Path(model).stat().st_size, "load_s": round(load_s, 2),
                 "prompt_tokens_per_s": _mean(run["prompt_tokens_per_s"] for run in done),
                 "generation_tokens_per_s": _mean(run["generation_tokens_per_s"] for run in done),

@@ -125,9 +125,8 @@ def bench_memory(corpus: Path, fractions: list[float], out_file: Path, work_dir:
         row = {"fraction": fraction, "files": count, "bytes": size}
         row.update(measure_share(share_dir, work / f"data-{fraction:g}", config))
         shares.append(row)
-    result = {"corpus": str(corpus), "patterns": list(patterns), "config": str(config) if config else None,
-              "sample_s": SAMPLE_S,
-              "shares": shares}
+    result: dict[str, object] = {"corpus": str(corpus), "patterns": list(patterns),
+                                 "config": str(config) if config else None, "sample_s": SAMPLE_S, "shares": shares}
     if len(shares) > 1:
         small, large = shares[0], shares[-1]
         result["peak_growth"] = {

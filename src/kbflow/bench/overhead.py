@@ -57,6 +57,8 @@ def _environment(mode: str, api_url: str | None, prefect_home: Path) -> dict:
     env["PREFECT_HOME"] = str(prefect_home)  # the temporary server's database stays out of the user's ~/.prefect
     env["KBFLOW__FLOW__ORCHESTRATOR"] = "direct" if mode == "direct" else "prefect"
     if mode == "prefect-server":
+        if api_url is None:
+            raise ValueError("the prefect-server mode needs the temporary server's API URL")
         env["PREFECT_API_URL"] = api_url
     return env
 

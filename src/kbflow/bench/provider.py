@@ -73,7 +73,10 @@ def bench_provider(provider: str, corpus: Path, pages: int, out_file: Path, conc
             fake.__enter__()
             os.environ[FAKE_KEY_ENV] = fake.key
         try:
-            url = base_url or fake.url + api_path
+            if fake is None:  # no fake services only when a base URL was given
+                url = base_url
+            else:
+                url = base_url or fake.url + api_path
             config = work / f"config-{level}.yaml"
             embedder = {"backend": provider, "model": model, "dimension": 64 if fake else None, "task_batch": 40,
                         "connection": {"base_url": url, "api_key_env": api_key_env or FAKE_KEY_ENV,

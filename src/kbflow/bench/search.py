@@ -111,7 +111,7 @@ def synthetic_around(real: np.ndarray, count: int, rng: np.random.Generator) -> 
 def table_rows(texts: list[str], real: np.ndarray, size: int, rng) -> pa.Table:
     n_real = min(len(real), size)
     vectors = np.vstack([real[:n_real], synthetic_around(real, size - n_real, rng)]) if size > n_real else real[:size]
-    tokens_of = {}
+    tokens_of: dict[str, str] = {}
     rows_text = [texts[i % len(texts)] for i in range(size)]
     dim = real.shape[1]
     columns = {

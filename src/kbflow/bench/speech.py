@@ -55,8 +55,9 @@ def bench_speech(audio: Path, out_file: Path, backends: list[str] | None = None)
         raise ConfigError(f"--backend {unknown}: bench speech compares the offline backends {OFFLINE_BACKENDS}")
     refs = references(Path(audio))
     minutes = sum(len(pcm16_mono(path.read_bytes(), path.name)) for path in refs) / 16000 / 60
+    by_backend: dict[str, dict] = {}
     result = {"audio": str(audio), "files": len(refs), "audio_minutes": round(minutes, 3),
-              "machine": f"{platform.machine()}, {platform.python_version()}", "backends": {}}
+              "machine": f"{platform.machine()}, {platform.python_version()}", "backends": by_backend}
     for backend in backends:
         options = ConvertConfig(audio_backend=backend)
         warm = next(iter(refs))
@@ -69,7 +70,7 @@ def bench_speech(audio: Path, out_file: Path, backends: list[str] | None = None)
             hypothesis, _ = transcribe(path.read_bytes(), path.name, path.suffix, options)
             wall += time.perf_counter() - started
             cpu += time.process_time() - cpu_started
-            entry = {"hypothesis": hypothesis}
+            entry: dict[str, object] = {"hypothesis": hypothesis}
             if _is_chinese(reference):
                 ref, hyp = normalize_chars(reference).replace(" ", ""), normalize_chars(hypothesis).replace(" ", "")
                 entry["cer"] = round(cer(ref, hyp), 4)
@@ -79,7 +80,7 @@ def bench_speech(audio: Path, out_file: Path, backends: list[str] | None = None)
                 entry.update(wer=round(e / max(n, 1), 4), words=n)
                 errors, words = errors + e, words + n
             files[path.name] = entry
-        result["backends"][backend] = {
+        by_backend[backend] = {
             "fingerprint": audio_fingerprint(options), "first_call_s": round(first_call_s, 2),
             "corpus_wer": round(errors / words, 4) if words else None,
             "corpus_cer": round(char_errors / chars, 4) if chars else None,

@@ -118,10 +118,10 @@ def split_long_many(items: list[tuple[str, int, int, int, str]], counter: TokenC
     offsets = _block_offsets(items, sorted(fresh), counter)
     while pending:
         # a hard cut's pieces are always tokenized: the cut itself is the tokenizer's, so they cannot disagree
-        counts = [None if hard else _count_from_offsets(items[item], offsets.get(item), a, b)
-                  for item, a, b, _, hard in pending]
-        counted = iter(counter.count([items[item][0][a:b] for (item, a, b, _, _), n in zip(pending, counts) if n is None]))
-        counts = [next(counted) if n is None else n for n in counts]
+        known: list[int | None] = [None if hard else _count_from_offsets(items[item], offsets.get(item), a, b)
+                                   for item, a, b, _, hard in pending]
+        counted = iter(counter.count([items[item][0][a:b] for (item, a, b, _, _), n in zip(pending, known) if n is None]))
+        counts: list[int] = [next(counted) if n is None else n for n in known]
         next_pending: list[tuple[int, int, int, int, bool]] = []
         for (item, a, b, level, _), n_tokens in zip(pending, counts):
             text, _, _, budget, kind = items[item]
@@ -383,18 +383,18 @@ def _plan_sections(sections: list[tuple[str, list[Block]]], counter: TokenCounte
     long: list[tuple[str, int, int, int, str]] = []
     for (markdown, section), (prefix, prefix_tokens) in zip(sections, prefixes):
         budget = content_budget - prefix_tokens
-        units: list[Span | int] = []
+        block_units: list[Span | int] = []
         for block in section:
             n_tokens = next(block_counts)
             start, end = trimmed_span(markdown, block.char_start, block.char_end)
             if end <= start:
                 continue
             if n_tokens <= budget:
-                units.append(Span(start, end, n_tokens, block.kind))
+                block_units.append(Span(start, end, n_tokens, block.kind))
             else:
-                units.append(len(long))
+                block_units.append(len(long))
                 long.append((markdown, start, end, budget, block.kind))
-        section_units.append(units)
+        section_units.append(block_units)
     long_units = [[replace(span, kind=kind) for span in spans]
                   for spans, (_, _, _, _, kind) in zip(split_long_many(long, counter), long)]
     flats = [[span for unit in units for span in ([unit] if isinstance(unit, Span) else long_units[unit])]
@@ -470,8 +470,8 @@ def _filled(flats: list[list[Span]], budgets: list[int], kept: list[list[tuple[i
     ranges = [_pack(units, budget, overlap_tokens, done) for units, budget, done in zip(flats, budgets, kept)]
     pending = list(range(len(flats)))
     while pending:
-        found = [(i, _underfilled(flats[i], ranges[i], budgets[i], len(kept[i]))) for i in pending]
-        found = [(i, index) for i, index in found if index is not None]
+        underfilled = [(i, _underfilled(flats[i], ranges[i], budgets[i], len(kept[i]))) for i in pending]
+        found = [(i, index) for i, index in underfilled if index is not None]
         pieces = split_long_many([(markdowns[i], flats[i][index].start, flats[i][index].end, max(1, budgets[i] // 2),
                                    flats[i][index].kind) for i, index in found], counter)
         for (i, index), parts in zip(found, pieces):

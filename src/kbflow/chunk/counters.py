@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, cast
+
+if TYPE_CHECKING:
+    from kbflow.chunk.tokens import OffsetTokenCounter, TokenCounter
 
 
 def bisect_cut(count_one: Callable[[str], int], text: str, max_tokens: int) -> int:
@@ -52,7 +55,7 @@ class PrefixedCounter:
     """Another counter, with the tokens of a fixed passage prefix ('passage: ') counted as special tokens, so
     ``count(text) + special_tokens`` is what the model reads for ``prefix + text``."""
 
-    inner: object
+    inner: TokenCounter
     prefix_tokens: int
 
     def __post_init__(self) -> None:
@@ -68,7 +71,8 @@ class PrefixedCounter:
         return self.inner.cut(text, max_tokens)
 
     def token_offsets(self, texts: list[str]) -> list[list[tuple[int, int]]]:
-        return self.inner.token_offsets(texts)
+        # only asked of a counter whose inner one has offsets (the chunker checks for them first)
+        return cast("OffsetTokenCounter", self.inner).token_offsets(texts)
 
 
 def count_key(text: str) -> str:
@@ -83,7 +87,7 @@ class MemoCounter:
     was split. Both are pure functions of the text and the tokenizer, so a memo is only ever filled by one
     tokenizer (``name``) and reuse gives the same counts."""
 
-    inner: object
+    inner: TokenCounter
     memo: dict[str, int] = field(default_factory=dict)
     splits: dict[str, list] = field(default_factory=dict)  # a long block's units (kbflow.chunk.chunker.split_long_many)
 
@@ -107,4 +111,5 @@ class MemoCounter:
 
     def token_offsets(self, texts: list[str]) -> list[list[tuple[int, int]]]:
         self.tokenized += len(texts)
-        return self.inner.token_offsets(texts)
+        # only asked of a counter whose inner one has offsets (the chunker checks for them first)
+        return cast("OffsetTokenCounter", self.inner).token_offsets(texts)

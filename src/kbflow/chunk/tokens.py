@@ -27,6 +27,13 @@ class TokenCounter(Protocol):
         ...
 
 
+class OffsetTokenCounter(TokenCounter, Protocol):
+    """A counter that also gives each token's character span (``HFTokenCounter``): the chunker sums counts from
+    them where a counter is ``additive_at_whitespace``."""
+
+    def token_offsets(self, texts: list[str]) -> list[list[tuple[int, int]]]: ...
+
+
 @dataclass
 class HFTokenCounter:
     """Exact counts from a Hugging Face ``tokenizer.json`` (the file a sentence-transformers model ships)."""

@@ -367,14 +367,17 @@ def convert_batch(sources: list[SourceFile], options: ConvertConfig | None = Non
         for i, row in zip(todo, results):
             rows[i] = row
         report(len(sources))
+    done = [row for row in rows if row is not None]
+    if len(done) != len(rows):
+        raise RuntimeError(f"{len(rows) - len(done)} of {len(rows)} files came back from conversion without a row")
     if options.secret_scan:  # cached rows too: the scan may have been off, or its rules older, when they were made
-        for row in rows:
+        for row in done:
             _hold_back_secrets(row, options)
     if cache is not None:
         for i in todo:
-            if rows[i]["status"] == "ok":
-                cache.put(rows[i]["source_sha256"], keys[i], rows[i])
-    return pa.Table.from_pylist(rows, schema=DOCUMENTS)
+            if done[i]["status"] == "ok":
+                cache.put(done[i]["source_sha256"], keys[i], done[i])
+    return pa.Table.from_pylist(done, schema=DOCUMENTS)
 
 
 def _hold_back_secrets(row: dict, options: ConvertConfig) -> None:

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Protocol
+from collections.abc import Sequence
+from typing import Protocol, TypeVar
 
 PAGE_NUMBER = r"(?:\d{1,4}|[ivxlcdm]{1,7})"
 LEADER_RE = re.compile(rf"(?:(?:\.\s?){{4,}}|…{{2,}}|(?:·\s?){{4,}}|_{{4,}})\s*{PAGE_NUMBER}\s*$", re.I)
@@ -36,6 +37,9 @@ class HasText(Protocol):
     text: str
 
 
+TextLine = TypeVar("TextLine", bound=HasText)  # a page's line type stays the same through every rule
+
+
 def _key(text: str) -> str:
     return " ".join(text.lower().split())
 
@@ -46,7 +50,7 @@ def running_key(text: str) -> str:
     return " ".join(re.sub(r"[\W_]+", " ", without_numbers).split())
 
 
-def drop_running_lines(pages: list[list[HasText]]) -> list[list[HasText]]:
+def drop_running_lines(pages: list[list[TextLine]]) -> list[list[TextLine]]:
     """Remove first/last lines that repeat (numbers aside) on at least half of the pages, and first/last lines
     that are only a page number."""
     counts: Counter = Counter()
@@ -64,12 +68,12 @@ def drop_running_lines(pages: list[list[HasText]]) -> list[list[HasText]]:
             for lines in pages]
 
 
-def _is_contents_page(lines: list[HasText]) -> bool:
+def _is_contents_page(lines: Sequence[HasText]) -> bool:
     leaders = sum(bool(LEADER_RE.search(line.text)) for line in lines)
     return leaders >= 2 and leaders >= MOSTLY * len(lines)
 
 
-def drop_contents(pages: list[list[HasText]]) -> list[list[HasText]]:
+def drop_contents(pages: list[list[TextLine]]) -> list[list[TextLine]]:
     """Remove the lines of contents pages: dot-leader lines, chapter lines ending in a page number, their titles."""
     out = []
     for lines in pages:
@@ -80,12 +84,12 @@ def drop_contents(pages: list[list[HasText]]) -> list[list[HasText]]:
     return out
 
 
-def _index_entries(lines: list[HasText]) -> int:
+def _index_entries(lines: Sequence[HasText]) -> int:
     return sum(bool(INDEX_ENTRY_RE.match(line.text.strip()) or LETTER_GROUP_RE.match(line.text.strip()))
                for line in lines)
 
 
-def drop_index(pages: list[list[HasText]]) -> list[list[HasText]]:
+def drop_index(pages: list[list[TextLine]]) -> list[list[TextLine]]:
     """Remove a back-of-book index: from a page whose lines include an index title and are mostly entries, to the
     last page after it that is mostly entries."""
     out, in_index = [], False
@@ -101,6 +105,6 @@ def drop_index(pages: list[list[HasText]]) -> list[list[HasText]]:
     return out
 
 
-def drop_furniture(pages: list[list[HasText]]) -> list[list[HasText]]:
+def drop_furniture(pages: list[list[TextLine]]) -> list[list[TextLine]]:
     """Every rule above, running lines first (a contents or index page is judged by what it holds)."""
     return drop_index(drop_contents(drop_running_lines(pages)))

@@ -83,7 +83,7 @@ class KillablePool:
             for conn in ready:
                 worker = busy.pop(conn)
                 try:
-                    index, result = conn.recv()
+                    index, result = worker.conn.recv()  # the connection `wait` found ready
                     results[index] = result
                     worker.job = None
                 except (EOFError, OSError):  # the worker died mid-job

@@ -48,7 +48,7 @@ def rules() -> tuple[tuple[str, re.Pattern], ...]:
     """(rule name, pattern) of every plugin in ``PLUGINS``, then ``EXTRA_RULES``."""
     import importlib
 
-    found = []
+    found: list[tuple[str, re.Pattern]] = []
     for dotted in PLUGINS:
         module, name = dotted.rsplit(".", 1)
         plugin = getattr(importlib.import_module(f"detect_secrets.plugins.{module}"), name)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from kbflow.convert.archive import MEMBER_SEP, ArchiveLimits
@@ -21,7 +22,7 @@ def markdown_path(out_dir: Path, source_path: str) -> Path:
     return target
 
 
-def convert_to_folder(paths: list[str | Path], out_dir: str | Path, options: ConvertConfig | None = None) -> dict:
+def convert_to_folder(paths: Sequence[str | Path], out_dir: str | Path, options: ConvertConfig | None = None) -> dict:
     """Convert every file under ``paths`` and write its Markdown under ``out_dir``; returns a summary with the
     failures (path, error type, message)."""
     options = options or ConvertConfig()

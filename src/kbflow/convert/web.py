@@ -202,6 +202,8 @@ class _Site:
         return url.startswith(self.site) and not any(fnmatch.fnmatch(path, p) for p in self.config.exclude)
 
     def page(self, url: str, lastmod: str | None = None) -> _Page:
+        if self.robots is None:
+            raise RuntimeError("read_robots() must run before the site's pages are read")
         if not self.robots.can_fetch(self.config.user_agent, url):
             self._count("disallowed")
             return _Page(None, None)
@@ -217,6 +219,8 @@ class _Site:
                                                        ("If-Modified-Since", "last_modified")) if old.get(key)}
         try:
             fetched = self.get(url, headers=headers)
+            if fetched.status == 304 and old is None:  # only a stored page is asked conditionally
+                raise PermanentError(f"URL {url!r} answered 304 Not Modified to a request that was not conditional")
         except KbflowError as exc:
             if getattr(exc, "status", None) in (404, 410):
                 self._count("gone")
@@ -231,7 +235,7 @@ class _Site:
                                 source_sha256=hashlib.sha256(f"failed\x00{exc}".encode()).hexdigest(), size=0,
                                 mtime=0.0, mime="text/html", unreadable=reason)
             return _Page(failed, old, list((old or {}).get("links", [])))
-        if fetched.status == 304:
+        if fetched.status == 304 and old is not None:
             self._count("not_modified")
             return self._unchanged(url, {**old, "lastmod": lastmod})
         return self._downloaded(url, fetched, source_path, doc_id, lastmod)

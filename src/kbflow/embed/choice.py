@@ -10,6 +10,8 @@ its backend in the config.
 
 from __future__ import annotations
 
+from typing import cast
+
 from kbflow.config import EmbedderConfig
 from kbflow.embedder_config import EMBEDDER_MODELS, AutoEmbedder
 from kbflow.errors import ConfigError
@@ -42,4 +44,5 @@ def _as_backend(auto: AutoEmbedder, backend: str, update: dict | None = None) ->
         raise ConfigError(f"embedder.backend 'auto' chose {backend!r}, whose prefixes are fixed; remove "
                           f"{' and '.join('embedder.' + name for name in prefixes)} or name a backend")
     settings = {name: value for name, value in auto if name in model.model_fields}
-    return model(**{**settings, **(update or {}), "backend": backend})
+    section = model(**{**settings, **(update or {}), "backend": backend})
+    return cast(EmbedderConfig, section)  # EMBEDDER_MODELS maps each backend to its member of the union

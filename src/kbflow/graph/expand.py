@@ -190,7 +190,7 @@ class GraphExpander:
         # the relations the LLM found in the seeds: the chunks naming each relation's target entity
         relations = self.graph.edges_from(list(by_chunk), kind="relation").to_pylist()
         relations.sort(key=lambda e: (rank[e["chunk_id"]], e["edge_id"]))
-        by_entity = {}
+        by_entity: dict[str, dict] = {}
         for relation in relations:
             by_entity.setdefault(relation["target"], relation)
         naming = self.graph.terms(list(by_entity), kinds=("entity",)).to_pylist()

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import posixpath
 import re
+from functools import partial
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -130,6 +131,6 @@ def extract_edges(chunks: pa.Table, source_paths: dict[str, str], facts: dict[st
         rows += chunk_edges(chunk_id, doc_id, source_paths[doc_id], text, path[-1] if starts else None)
         if facts and text_sha256 in facts:
             rows += fact_edges(chunk_id, doc_id, source_paths[doc_id], facts[text_sha256],
-                               lambda *a: _edge(*a, extractor=llm_extractor))
+                               partial(_edge, extractor=llm_extractor))
     unique = {row["edge_id"]: row for row in rows}  # an entity named twice in a chunk is one edge
     return pa.Table.from_pylist(list(unique.values()), schema=EDGES)

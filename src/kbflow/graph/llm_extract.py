@@ -19,6 +19,7 @@ import hashlib
 import json
 import re
 import threading
+from typing import TYPE_CHECKING
 from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
@@ -28,6 +29,9 @@ from kbflow.errors import KbflowError, PermanentError
 from kbflow.graph.terms import term_key
 from kbflow.search.llm import parse_reply
 from kbflow.stores.lancedb_store import open_table_or_none, select_in
+
+if TYPE_CHECKING:
+    from lancedb.table import Table
 
 PROMPT_VERSION = "1"
 MAX_ITEMS = 12  # entities and relations kept per chunk
@@ -73,7 +77,7 @@ class FactCache:
         self.extractor = extractor
         self.table_name = "graph_facts_" + hashlib.sha256(extractor.encode()).hexdigest()[:16]
         self._db = storage.lance_connect(uri)
-        self._table = None
+        self._table: Table | None = None
 
     def _exists(self) -> bool:
         if self._table is None:
@@ -98,6 +102,8 @@ class FactCache:
         with _create_lock:
             if not self._exists():
                 self._table = self._db.create_table(self.table_name, schema=CACHE_SCHEMA, exist_ok=True)
+        if self._table is None:
+            raise RuntimeError(f"the fact cache table {self.table_name} was neither opened nor created")
         self._table.add(table)
 
 

@@ -130,13 +130,14 @@ class Agent:
         plan, stopped = self._plan_call("plan", PLAN, f"Question: {question}")
         if stopped:
             self.trace.append({"step": "plan", "why": stopped})
-        strategy = plan.get("strategy") if plan else None
-        queries = [q.strip() for q in (plan or {}).get("queries", []) if isinstance(q, str) and q.strip()]
+        planned = plan or {}
+        strategy = planned.get("strategy")
+        queries = [q.strip() for q in planned.get("queries", []) if isinstance(q, str) and q.strip()]
         if strategy not in STRATEGIES or not queries:
             self.trace[-1]["decision"] = "search the question as it is, in one round (no usable plan)"
             strategy, queries = "single", [question]
         else:
-            if plan.get("clear") is False:
+            if planned.get("clear") is False:
                 self.trace[-1]["decision"] = f"unclear question: searched as the planner's reading {queries[0]!r}"
             if strategy != "compare":
                 queries = queries[:1]

@@ -141,6 +141,8 @@ class Searcher:
         """One ranked list. ``vector_text`` is what gets embedded (the query, or HyDE's passage); BM25 and the
         reranker read the query itself (with HyDE, BM25 reads both)."""
         settings = self.config.search
+        if self.store is None:
+            raise RuntimeError("no store to search: search() answers [] before asking for one")
         if mode == "vector":
             return self.store.search_vector(embed_query(self.embedder, vector_text), limit, where)
         bm25_text = query if vector_text == query else f"{query}\n{vector_text}"

@@ -28,7 +28,7 @@ def prune_results(results_dir, max_age_days: float) -> int:
     if is_remote(results_dir):  # one listing with every object's age, one bulk delete: not a request per object
         entries = results_dir.fs.find(results_dir.path, detail=True)
         old = [name for name, info in entries.items() if info.get("type") == "file" and
-               _modified(info) is not None and _modified(info) < cutoff]
+               (modified := _modified(info)) is not None and modified < cutoff]
         if old:
             results_dir.fs.rm(old)
         return len(old)

@@ -124,6 +124,7 @@ def namespace_lock(state_root, namespace: str, wait_s: float = DEFAULT_WAIT_S):
     object storage, refuses a writer of another process at once."""
     root = location(state_root)
     with _in_process(root, namespace, wait_s):
+        lock: ObjectLock | NamespaceLock
         if is_remote(root):
             lock = ObjectLock(str(root), namespace)
         else:

@@ -41,12 +41,13 @@ def _precondition_failed(exc: BaseException) -> bool:
     """Whether a conditional write was refused (412, or 409 when two conditional writes raced)."""
     if isinstance(exc, FileExistsError):
         return True
-    while exc is not None:
-        response = getattr(exc, "response", None)
+    error: BaseException | None = exc
+    while error is not None:
+        response = getattr(error, "response", None)
         if isinstance(response, dict):
             return response.get("Error", {}).get("Code") in ("PreconditionFailed", "ConditionalRequestConflict",
                                                              "412", "409")
-        exc = exc.__cause__
+        error = error.__cause__
     return False
 
 

@@ -33,6 +33,7 @@ import math
 import re
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -43,6 +44,9 @@ from kbflow import storage
 from kbflow.state.files import store_unreadable
 from kbflow.stores.base import Hit, SearchFilter
 from kbflow.stores.errors import damage_reason
+
+if TYPE_CHECKING:
+    from lancedb.index import IndexConfig
 
 IN_LIST_MAX = 500  # ids per IN (...) filter, to keep filter strings bounded
 HIT_COLUMNS = ["chunk_id", "doc_id", "source_path", "heading_path", "text"]
@@ -253,7 +257,7 @@ class LanceStore:
         return before - self.table.count_rows()
 
     # --- indexes -------------------------------------------------------------------------------------------
-    def _indexes(self) -> dict[str, object]:
+    def _indexes(self) -> dict[str, IndexConfig]:
         """Index config by indexed column."""
         return {config.columns[0]: config for config in self.table.list_indices()}
 

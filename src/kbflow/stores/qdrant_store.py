@@ -25,6 +25,7 @@ import os
 import uuid
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -35,6 +36,9 @@ from kbflow.schemas import store_schema
 from kbflow.state.files import store_unreadable
 from kbflow.stores.base import Hit, SearchFilter
 
+if TYPE_CHECKING:
+    from qdrant_client import QdrantClient
+
 PAYLOAD = ("chunk_id", "doc_id", "source_path", "ordinal", "heading_path", "text", "text_tokens", "char_start", "char_end",
            "n_tokens", "embed_sha256")
 UPSERT_BATCH = 256
@@ -42,7 +46,7 @@ SCROLL_PAGE = 1024
 SPARSE = "bm25"
 HEADING_SEP = "\x1f"
 
-_clients: dict[str, object] = {}
+_clients: dict[str, QdrantClient] = {}
 
 
 @atexit.register

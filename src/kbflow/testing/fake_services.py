@@ -115,6 +115,7 @@ class FakeServices:
         return "ok"
 
     def _error(self, route: str, status: int, message: str, headers: dict | None = None) -> tuple:
+        body: dict[str, object]
         if route.startswith("dashscope"):
             body = {"code": DASHSCOPE_CODES.get(status, "InternalError"), "message": message,
                     "request_id": str(uuid.uuid4())}

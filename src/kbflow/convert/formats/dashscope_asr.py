@@ -66,7 +66,7 @@ class DashScopeASR:
                                                              timeout_s=self.timeout_s, key=self.api_key,
                                                              key_env=self.key_env), policy)
         except TransientError as exc:  # not cached as a failure: the next run tries the file again
-            raise TransientError(f"{source}: DashScope speech recognition failed after {exc.attempts} attempts: "
+            raise TransientError(f"{source}: DashScope speech recognition failed after {getattr(exc, 'attempts', 1)} attempts: "
                                  f"{exc}; the next run retries it") from None
         except AuthError as exc:
             raise ConversionError(f"{source}: {exc}") from None

@@ -46,7 +46,8 @@ class _DepthProbe(HTMLParser):
 
     def __init__(self, limit: int):
         super().__init__(convert_charrefs=False)
-        self.limit, self.stack, self.deepest = limit, [], 0
+        self.limit, self.deepest = limit, 0
+        self.stack: list[str] = []
 
     def handle_starttag(self, tag, attrs):
         if tag in _VOID:
@@ -174,7 +175,8 @@ def clean_soup(text: str):
             if _furniture_classes(element):
                 classed.append(element)
             element_id = element.get("id")
-            if element_id is not None and HTML_DROP_IDS.search(element_id) is not None:
+            # a str: only class-like attributes come back as lists
+            if isinstance(element_id, str) and HTML_DROP_IDS.search(element_id) is not None:
                 ids.append(element)
             if element.get("role") in HTML_DROP_ROLES:
                 roles.append(element)
@@ -224,7 +226,8 @@ def markitdown_markdown(soup, source: str) -> str:
 
 def finish_markdown(markdown: str) -> str:
     """Markers become ``* * *`` lines; repeated breaks and breaks at the very start or end go."""
-    lines, out = markdown.splitlines(), []
+    lines = markdown.splitlines()
+    out: list[str] = []
     for line in lines:
         if line.strip() == _MARKER:
             while out and not out[-1].strip():

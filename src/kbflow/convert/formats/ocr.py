@@ -88,7 +88,8 @@ def reading_order(result: list, page_width: int) -> list:
     two-column band, read left column first."""
     items = sorted(result, key=lambda item: (_top(item[0]), _left(item[0])))
     middle = page_width / 2
-    ordered, band = [], []
+    ordered: list = []
+    band: list = []
 
     def flush():
         left = [item for item in band if _right(item[0]) <= middle]

@@ -72,7 +72,7 @@ def page_lines(textpage) -> list[Line]:
 
 def lines_to_markdown(pages: list[list[Line]]) -> list[str]:
     """Markdown per page: headings by font size, paragraphs by vertical gaps."""
-    sizes = Counter()
+    sizes: Counter[float] = Counter()
     for lines in pages:
         for line in lines:
             sizes[line.size] += len(line.text)
