@@ -53,11 +53,12 @@ def _main(version: bool = typer.Option(False, "--version", "-V", callback=_versi
 
 
 def _size(count: int) -> str:
+    size = float(count)
     for unit in ("B", "KB", "MB", "GB"):
-        if count < 1024 or unit == "GB":
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
-        count /= 1024
-    return f"{count} B"
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size} B"
 
 
 @app.command()

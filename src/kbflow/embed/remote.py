@@ -188,7 +188,8 @@ class OpenAICompatibleEmbedder(RemoteEmbedder):
 
     def _request(self, texts: list[str], is_query: bool) -> np.ndarray:
         prefix = self.query_prefix if is_query else self.passage_prefix
-        body = {"model": self.model, "input": [prefix + text for text in texts], "encoding_format": "float"}
+        body: dict[str, object] = {"model": self.model, "input": [prefix + text for text in texts],
+                                   "encoding_format": "float"}
         if self.send_dimensions:
             body["dimensions"] = self.dimension
         reply = http.post_json(f"{self.base_url}/embeddings", body, service=f"{self.base_url}/embeddings",
