@@ -91,6 +91,11 @@ class StoreConfig(_Section):
         "lancedb", description="Vector store: 'lancedb' (embedded under the data dir) or 'qdrant'."
     )
     uri: str | None = Field(None, description="LanceDB location. Empty means '<data_dir>/lancedb'.")
+    mirror: bool = Field(True, description="LanceDB in a bucket: searches read a local copy of the table, brought "
+                         "up to the bucket's newest version before each search (one small LIST request; new files "
+                         "only). false: every search reads the bucket (seconds per query).")
+    mirror_dir: str | None = Field(None, description="Where that copy is kept. Empty means "
+                                   "$XDG_CACHE_HOME/kbflow/mirror (~/.cache/kbflow/mirror).")
     qdrant_location: str | None = Field(
         None,
         description="Qdrant: a server URL (http://host:6333), a folder for embedded local mode, or ':memory:'. "

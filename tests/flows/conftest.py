@@ -73,8 +73,10 @@ def endpoint():
 
 
 @pytest.fixture
-def s3(endpoint, monkeypatch, request):
-    """A fresh bucket; the client environment every reader (s3fs, subprocesses) takes its settings from."""
+def s3(endpoint, monkeypatch, request, tmp_path_factory):
+    """A fresh bucket; the client environment every reader (s3fs, subprocesses) takes its settings from; searches
+    keep their local copies of its tables in a folder of the test's, not in the user's cache."""
+    monkeypatch.setenv("KBFLOW__STORE__MIRROR_DIR", str(tmp_path_factory.mktemp("search-mirror")))
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "kbflow-test-key")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "kbflow-test-secret")
     monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)

@@ -126,6 +126,10 @@ def bench_search(
     slow_queries: int = typer.Option(50, "--slow-queries", help="Queries per mode for Qdrant local mode."),
     out_file: Path = typer.Option(Path("bench-results/search.json"), "--out", help="Where the JSON result goes (PNG beside)."),
     work_dir: Optional[Path] = typer.Option(None, "--work-dir", help="Scratch folder, reused between runs (chunks, vectors)."),
+    bucket: Optional[str] = typer.Option(None, "--bucket", help="An s3:// prefix: per size, the same LanceDB table "
+                                         "searched on local disk, in the bucket directly (--slow-queries queries) "
+                                         "and in the bucket through the local copy searches keep; credentials and "
+                                         "endpoint from the AWS environment."),
     config: Optional[Path] = ConfigOpt,
     as_json: bool = JsonOpt,
 ) -> None:
@@ -146,8 +150,17 @@ def bench_search(
     if corpus is None:
         raise typer.BadParameter("give --corpus (store benchmark) or --sample (warm search)", param_hint="--corpus")
 
+    if bucket is not None and not bucket.startswith("s3://"):
+        raise typer.BadParameter(f"{bucket!r} is not an s3:// prefix", param_hint="--bucket")
+
     def show(result: dict) -> None:
         for run in result["runs"]:
+            if "bucket" in run:
+                out.print(f"lancedb {run['rows']:,}: " + ", ".join(
+                    f"{mode} p50 local {run['local'][mode]['p50_ms']} ms, bucket "
+                    f"{run['bucket_mirrored'][mode]['p50_ms']} ms (x{ratio})"
+                    for mode, ratio in run["ratio_p50_mirrored_to_local"].items()))
+                continue
             if "skipped" in run:
                 out.print(f"{run['store']} {run['rows']:,}: skipped ({run['skipped']})")
                 continue
@@ -156,7 +169,7 @@ def bench_search(
                 + f", recall@10 {run['ann_recall@10']}")
 
     run_and_report(lambda: run_bench(corpus, sizes, stores, real_vectors, queries, out_file, work_dir, config,
-                                     slow_queries), as_json, show, out_file)
+                                     slow_queries, bucket=bucket), as_json, show, out_file)
 
 
 @bench_app.command("chunk")

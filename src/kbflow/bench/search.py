@@ -229,9 +229,76 @@ def bench_store(kind: str, rows: pa.Table, queries: np.ndarray, query_words: lis
     return result
 
 
+def bench_bucket(rows: pa.Table, queries: np.ndarray, query_words: list[list[str]], work: Path, config,
+                 bucket: str, max_queries_slow: int) -> dict:
+    """One LanceDB table searched three ways in one run: on local disk, in the bucket ``bucket`` read directly
+    (``max_queries_slow`` queries: seconds each), and in the bucket through the local copy searches use
+    (``kbflow.stores.mirror``: the bucket's newest manifest asked before each query). The table is built and
+    indexed locally, then its files are put in the bucket, so the three read the same files."""
+    from kbflow import storage
+    from kbflow.stores.lancedb_store import LanceStore
+
+    size, dim = rows.num_rows, queries.shape[1]
+    s = config.search
+    settings = dict(vector_index_min_rows=10**12, vector_index_type=s.vector_index_type, ann_nprobes=s.ann_nprobes,
+                    ann_ef=s.ann_ef, ann_refine_factor=s.ann_refine_factor)
+    local = LanceStore(work / f"lancedb-bucket-{size}", "bench", dim, **settings)
+    local.clear()
+    batch = max(LOAD_BATCH_ROWS, size // 10)
+    for start in range(0, size, batch):
+        local.upsert(rows.slice(start, batch))
+    local.refresh_indexes(force_vector=True)
+    uri = f"{bucket.rstrip('/')}/lancedb-{size}"
+    remote_table = storage.location(f"{uri}/{local.table_name}.lance")
+    storage.remove_tree(remote_table)
+    started = time.perf_counter()
+    remote_table.fs.put(str(work / f"lancedb-bucket-{size}" / f"{local.table_name}.lance"), remote_table.path,
+                        recursive=True)
+    upload_s = time.perf_counter() - started
+    direct = LanceStore(uri, "bench", dim, **settings)
+    mirror_dir = work / "mirror"
+    storage.remove_tree(mirror_dir)
+    mirrored = LanceStore(uri, "bench", dim, mirror_dir=mirror_dir, **settings)
+    started = time.perf_counter()
+    mirrored.search_vector(queries[0], 10)  # the first search copies the table
+    first_copy_s = time.perf_counter() - started
+    depth = config.search.candidates
+    pool = ThreadPoolExecutor(max_workers=1)
+    n, slow = len(queries), min(len(queries), max_queries_slow)
+
+    def modes(store, count: int, hybrid: bool = True) -> dict:
+        timed = {"vector": time_queries(lambda q: store.search_vector(q, 10), list(queries[:count]))[0],
+                 "bm25": time_queries(lambda w: store.search_text(w, 10), query_words[:count])[0]}
+        if hybrid:
+            timed["hybrid"] = time_queries(lambda i: fuse(candidate_lists(store, lambda: queries[i], query_words[i],
+                                                                          depth, None, pool), config.search)[:10],
+                                           list(range(count)))[0]
+        return timed
+
+    result = {"store": "lancedb", "rows": size, "location": "local vs object storage", "bucket": uri,
+              "upload_s": round(upload_s, 2), "bytes": local.size_bytes(), "mirror_first_copy_s": round(first_copy_s, 2),
+              "vector_index_type": s.vector_index_type, "ann_nprobes": s.ann_nprobes,
+              "local": modes(local, n), "bucket_mirrored": modes(mirrored, n),
+              "bucket_direct": modes(direct, slow, hybrid=False)}
+    syncs = mirrored.mirror.syncs
+    pool.shutdown()
+    result["mirror_syncs"] = syncs  # 1: the copy was fetched once, every later query only asked the bucket
+    result["ratio_p50_mirrored_to_local"] = {
+        mode: round(result["bucket_mirrored"][mode]["p50_ms"] / result["local"][mode]["p50_ms"], 2)
+        for mode in result["local"]}
+    result["ratio_p50_direct_to_local"] = {
+        mode: round(result["bucket_direct"][mode]["p50_ms"] / result["local"][mode]["p50_ms"], 1)
+        for mode in result["bucket_direct"]}
+    storage.remove_tree(remote_table)
+    local.clear()
+    return result
+
+
 def bench_search(corpus: Path, sizes: list[int], stores: list[str], n_real: int, n_queries: int, out_file: Path,
                  work_dir: Path | None, config_path=None, max_queries_slow: int = 50,
-                 qdrant_local_max_rows: int = QDRANT_LOCAL_MAX_ROWS) -> dict:
+                 qdrant_local_max_rows: int = QDRANT_LOCAL_MAX_ROWS, bucket: str | None = None) -> dict:
+    """``bucket``: an ``s3://`` prefix; then each size is one table searched locally, in the bucket directly and
+    in the bucket through a local copy (``bench_bucket``), instead of the per-store runs."""
     config = load_config(config_path)
     work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="kbflow-bench-search-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -247,6 +314,11 @@ def bench_search(corpus: Path, sizes: list[int], stores: list[str], n_real: int,
     runs = []
     for size in sizes:
         rows = table_rows(texts, real, size, np.random.default_rng(size))
+        if bucket:
+            runs.append(bench_bucket(rows, queries, query_words, work, config, bucket, max_queries_slow))
+            Path(out_file).parent.mkdir(parents=True, exist_ok=True)
+            Path(out_file).write_text(json.dumps({"runs": runs}, indent=2), encoding="utf-8")
+            continue
         for kind in stores:
             if kind == "qdrant" and size > qdrant_local_max_rows:
                 runs.append({"store": kind, "rows": size, "skipped": (
@@ -261,7 +333,10 @@ def bench_search(corpus: Path, sizes: list[int], stores: list[str], n_real: int,
               "synthetic_sigma": SYNTH_SIGMA, "model_id": get_embedder(config.embedder).model_id,
               "query_embed_ms": round(query_embed_ms, 2), "queries": n_queries,
               "candidates_per_input": config.search.candidates, "fusion": config.search.fusion, "runs": runs}
-    result["plot"] = str(plot_search(result, Path(out_file).with_suffix(".png")))
+    if bucket:
+        result["plot"] = str(plot_bucket(result, Path(out_file).with_suffix(".png")))
+    else:
+        result["plot"] = str(plot_search(result, Path(out_file).with_suffix(".png")))
     Path(out_file).write_text(json.dumps(result, indent=2), encoding="utf-8")
     return result
 
@@ -291,6 +366,33 @@ def plot_search(result: dict, path: Path) -> Path:
     recall.axhline(0.95, color="red", linewidth=0.8)
     recall.set_title("ANN recall@10 vs exact")
     recall.tick_params(axis="x", labelsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def plot_bucket(result: dict, path: Path) -> Path:
+    """p50 (bar to p95) per mode: local disk, the bucket through its local copy, the bucket read directly."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = result["runs"]
+    figure, axes = plt.subplots(1, len(runs), figsize=(5 * len(runs), 4), squeeze=False)
+    for axis, run in zip(axes[0], runs):
+        modes = list(run["local"])
+        for offset, where in enumerate(("local", "bucket_mirrored", "bucket_direct")):
+            values = [run[where].get(mode, {}).get("p50_ms", 0) for mode in modes]
+            tops = [run[where].get(mode, {}).get("p95_ms", 0) - v for mode, v in zip(modes, values)]
+            axis.bar(np.arange(len(modes)) + offset * 0.27, values, 0.27, yerr=[np.zeros(len(tops)), tops], capsize=2,
+                     label=where.replace("_", " "))
+        axis.set_xticks(np.arange(len(modes)) + 0.27, modes)
+        axis.set_yscale("log")
+        axis.set_ylabel("ms per query (p50, bar to p95)")
+        axis.set_title(f"LanceDB {run['rows']:,} rows: local vs bucket")
+        axis.legend(fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)

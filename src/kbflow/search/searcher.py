@@ -66,7 +66,7 @@ class Searcher:
         self.store = None
         if meta is not None:
             self.state.check_model(self.embedder.model_id, self.embedder.dimension)
-            self.store = open_store(config, self.state.store_namespace(), self.embedder.dimension)
+            self.store = open_store(config, self.state.store_namespace(), self.embedder.dimension, for_search=True)
         self._reranker = None
         self._chat = None
         self._pool: ThreadPoolExecutor | None = None  # one thread for BM25 beside the vector search (hybrid)

@@ -15,7 +15,16 @@ def store_uri(config: KbConfig) -> str:
     return config.store.uri if config.store.uri else str(location(config.data_dir) / "lancedb")
 
 
-def open_store(config: KbConfig, namespace: str, dimension: int):
+def mirror_dir(config: KbConfig) -> Path:
+    """Where searches keep local copies of tables in a bucket (``kbflow.stores.mirror``)."""
+    from kbflow.environment import user_cache_dir
+
+    return Path(config.store.mirror_dir) if config.store.mirror_dir else user_cache_dir() / "mirror"
+
+
+def open_store(config: KbConfig, namespace: str, dimension: int, for_search: bool = False):
+    """``for_search``: a store that answers searches (a LanceDB table in a bucket is then read from a local copy,
+    when ``store.mirror`` is on)."""
     if config.store.kind == "qdrant":
         from kbflow.stores.qdrant_store import QdrantStore
 
@@ -33,4 +42,5 @@ def open_store(config: KbConfig, namespace: str, dimension: int):
 
     search = config.search
     return LanceStore(store_uri(config), namespace, dimension, search.vector_index_min_rows, search.vector_index_type,
-                      search.ann_nprobes, search.ann_ef, search.ann_refine_factor)
+                      search.ann_nprobes, search.ann_ef, search.ann_refine_factor,
+                      mirror_dir=mirror_dir(config) if for_search and config.store.mirror else None)

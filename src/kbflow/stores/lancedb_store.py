@@ -172,7 +172,7 @@ class LanceStore:
 
     def __init__(self, uri: str | Path, namespace: str, dimension: int, vector_index_min_rows: int = 10_000,
                  vector_index_type: str = "IVF_FLAT", ann_nprobes: int = 20, ann_ef: int = 128,
-                 ann_refine_factor: int | None = None):
+                 ann_refine_factor: int | None = None, mirror_dir: str | Path | None = None):
         self.uri = str(uri)
         self.namespace = namespace
         self.dimension = dimension
@@ -185,6 +185,12 @@ class LanceStore:
         self._db = storage.lance_connect(self.uri)
         self._table = None
         self._fts_ready = False
+        # searches of a table in a bucket read a local copy kept at the bucket's newest version (stores.mirror)
+        self.mirror = None
+        if mirror_dir is not None and storage.is_remote(storage.location(self.uri)):
+            from kbflow.stores.mirror import TableMirror
+
+            self.mirror = TableMirror(self.uri, self.table_name, mirror_dir)
 
     @property
     def table(self):
@@ -331,11 +337,20 @@ class LanceStore:
         return [Hit(r["chunk_id"], r["doc_id"], r["source_path"], r["heading_path"] or [], score(r), r["text"])
                 for r in rows]
 
+    def _search_table(self):
+        """The table a search reads: the local copy of a table in a bucket when there is one (brought up to the
+        bucket's newest version first), else the table itself; None when there is no table."""
+        if self.mirror is not None:
+            with self._reading():
+                return self.mirror.table()
+        return self.table if self.exists() else None
+
     def search_vector(self, vector: np.ndarray, limit: int, where: SearchFilter | None = None,
                       exact: bool = False) -> list[Hit]:
-        if not self.exists():
+        table = self._search_table()
+        if table is None:
             return []
-        query = self.table.search(np.asarray(vector, dtype=np.float32), vector_column_name="vector")
+        query = table.search(np.asarray(vector, dtype=np.float32), vector_column_name="vector")
         query = query.distance_type("cosine").limit(limit).select(HIT_COLUMNS + ["_distance"])
         if exact:
             query = query.bypass_vector_index()
@@ -351,13 +366,16 @@ class LanceStore:
             return self._hits(query, lambda r: 1.0 - r["_distance"])
 
     def search_text(self, query_words: list[str], limit: int, where: SearchFilter | None = None) -> list[Hit]:
-        if not self.exists() or not query_words:
+        if not query_words or (self.mirror is None and not self.exists()):
             return []
         if not self._fts_ready:  # a table written by an older kbflow, or by hand: index it once, here
-            if FTS_COLUMN not in self._indexes():
+            if self.exists() and FTS_COLUMN not in self._indexes():
                 self.refresh_indexes()
             self._fts_ready = True
-        query = self.table.search(" ".join(query_words), query_type="fts", fts_columns=FTS_COLUMN)
+        table = self._search_table()
+        if table is None:
+            return []
+        query = table.search(" ".join(query_words), query_type="fts", fts_columns=FTS_COLUMN)
         query = query.limit(limit).select(HIT_COLUMNS + ["_score"])
         sql = where_sql(where)
         if sql:
