@@ -280,6 +280,8 @@ def bench_bucket(rows: pa.Table, queries: np.ndarray, query_words: list[list[str
               "vector_index_type": s.vector_index_type, "ann_nprobes": s.ann_nprobes,
               "local": modes(local, n), "bucket_mirrored": modes(mirrored, n),
               "bucket_direct": modes(direct, slow, hybrid=False)}
+    if mirrored.mirror is None:
+        raise ConfigError("bench search --bucket: the bucket's store was opened without its local copy (store.mirror)")
     syncs = mirrored.mirror.syncs
     pool.shutdown()
     result["mirror_syncs"] = syncs  # 1: the copy was fetched once, every later query only asked the bucket

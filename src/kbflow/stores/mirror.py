@@ -25,8 +25,12 @@ import re
 import shutil
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kbflow import storage
+
+if TYPE_CHECKING:
+    from lancedb.table import Table
 
 V2_MANIFEST = re.compile(r"^\d{20}\.manifest$")  # Lance's newer naming: u64::MAX - version, so newest sorts first
 V1_MANIFEST = re.compile(r"^\d+\.manifest$")
@@ -52,7 +56,7 @@ class TableMirror:
         self.local_table = self.local_db / f"{table_name}.lance"
         self._marker: tuple[str, str] | None = None  # (name, etag) of the newest manifest the copy holds
         self._etags: dict[str, str] = {}  # relative path -> ETag of every file copied
-        self._table = None
+        self._table: Table | None = None
         self.syncs = 0  # how many times the copy was brought up to date (for tests and the benchmark)
 
     # --- the bucket ----------------------------------------------------------------------------------------
