@@ -103,7 +103,7 @@ def server(tmp_path_factory):
 
         _wait_for(served, 180, "kbflow serve to register 4 deployments", serve_log)
         yield {"api_url": api_url, "env": env, "config": config, "bad_config": bad_config, "docs": docs,
-               "serve_log": serve_log}
+               "serve_log": serve_log, "serve": started[1]}
     finally:
         for process in reversed(started):
             _stop(process)
@@ -228,9 +228,20 @@ def _task_span(api_url: str, run_id: str) -> tuple[str, str]:
     return min(t["start_time"] for t in tasks if t["start_time"]), max(t["end_time"] for t in tasks if t["end_time"])
 
 
+def _run_logs(api_url: str, output: str) -> str:
+    """The state message and the logs of the flow run `prefect deployment run` printed the id of."""
+    run_id = _flow_run_id(output)
+    run = httpx.get(f"{api_url}/flow_runs/{run_id}").json()
+    logs = httpx.post(f"{api_url}/logs/filter", json={"logs": {"flow_run_id": {"any_": [run_id]}}}).json()
+    return "\n".join([f"state: {run['state']['message']}", *(log["message"] for log in logs)])[-6000:]
+
+
 def test_prefect_yaml_deploys_to_a_process_pool_and_a_worker_runs_it(server, tmp_path):
     """Last in this module: it re-registers on-demand on the work pool, replacing the served one."""
     prefect = str(BIN / "prefect")
+    # `kbflow serve` polls for runs of the deployments it registered, by id, and the pool's deployments keep
+    # those ids: stopped, it cannot take the run meant for the worker
+    _stop(server["serve"])
 
     def cli(*args):
         result = subprocess.run([prefect, *args], cwd=REPO, env=server["env"], capture_output=True, text=True,
@@ -251,11 +262,14 @@ def test_prefect_yaml_deploys_to_a_process_pool_and_a_worker_runs_it(server, tmp
                      "KBFLOW_CONFIGS_DIR": str(server["config"].parent)}, worker_log)  # the configs it may read
     try:
         request = {"namespace": "srv", "config": str(server["config"]), "dry_run": True}
-        output = cli("deployment", "run", "kbflow-ingest-request/on-demand", "--param", f"request={json.dumps(request)}",
-                     "--watch", "--watch-timeout", "300")
+        run = subprocess.run([prefect, "deployment", "run", "kbflow-ingest-request/on-demand",
+                              "--param", f"request={json.dumps(request)}", "--watch", "--watch-timeout", "300"],
+                             cwd=REPO, env=server["env"], capture_output=True, text=True, timeout=300)
     finally:
         _stop(worker)
-    assert "finished successfully in 'Completed'" in output, worker_log.read_text()[-3000:]
+    output = run.stdout + run.stderr
+    assert run.returncode == 0 and "finished successfully in 'Completed'" in output, \
+        _run_logs(server["api_url"], output) + "\n--- worker log ---\n" + worker_log.read_text()[-3000:]
     summary = httpx.post(f"{server['api_url']}/artifacts/filter", json={
         "artifacts": {"key": {"any_": ["kbflow-srv-plan-summary"]}}}).json()
     figures = {(row["group"], row["item"]): row["value"] for row in json.loads(summary[0]["data"])}
