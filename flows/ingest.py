@@ -37,7 +37,7 @@ def run_ingest(config: KbConfig, job: IngestJob) -> dict:
     for another flow run of the same namespace to finish first (``kbflow.tasks.runs``)."""
     namespace = check_namespace(job.namespace or config.namespace)
     queue = nullcontext() if job.dry_run else one_run_per_namespace(config.data_dir, namespace)
-    with queue, engine_logs_in_run(), progress_artifact(namespace, config.flow.doc_batch):
+    with queue, engine_logs_in_run(), progress_artifact(namespace):
         summary = run_engine_ingest(config, job, PrefectRunner(config, job.force),
                                     run_id=new_run_id(str(flow_run.id or "") or None))
     return publish_summary(summary)  # after the state is recorded: an API hiccup here loses no bookkeeping

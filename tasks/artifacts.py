@@ -26,7 +26,7 @@ UPDATE_EVERY_S = 2.0
 
 
 @contextmanager
-def progress_artifact(namespace: str, doc_batch: int):
+def progress_artifact(namespace: str):
     """A progress artifact for this run, created when the engine announces how many documents it will process
     ("documents" event) and moved by its later events; while it embeds, its description says how many texts are
     done, the rate and the time left. Events reach only the listener of the run that made them (kbflow.progress:
@@ -37,7 +37,7 @@ def progress_artifact(namespace: str, doc_batch: int):
     def on_event(stage: str, completed: int, total: int) -> None:
         with lock:
             if stage == "documents":
-                state["tracker"] = report.RunProgress(total, doc_batch)
+                state["tracker"] = report.RunProgress(total)
                 state["id"] = create_progress_artifact(
                     0.0, key=report.artifact_key(namespace, "progress"),
                     description=f"kbflow ingest of {namespace}: {total} documents to process")

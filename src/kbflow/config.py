@@ -3,21 +3,84 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 import re
 from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from kbflow.connection import InteractiveConnection, Moves, RerankConnection, SpeechConnection, move_keys
 from kbflow.embedder_config import EMBEDDER_MODELS, AutoEmbedder, EmbedderConfig, migrate_flat_keys
 from kbflow.errors import ConfigError
+from kbflow.http import DASHSCOPE_RERANK_PATH
 
 NAMESPACE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
 
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+def _rerank_url(value: object) -> tuple[str, object]:
+    """The old ``search.rerank.dashscope_url`` (a whole endpoint) as the connection's API base."""
+    if value is None:
+        return "", None
+    if not isinstance(value, str) or not value.rstrip("/").endswith(DASHSCOPE_RERANK_PATH):
+        raise ConfigError(f"search.rerank.dashscope_url {value!r} does not end in {DASHSCOPE_RERANK_PATH}: set "
+                          "search.rerank.connection.base_url to the DashScope API base instead")
+    return "base_url", value.rstrip("/")[:-len(DASHSCOPE_RERANK_PATH)]
+
+
+def _chat_base_url(value: object) -> tuple[str, object]:
+    """The old ``search.llm.base_url_env`` (a variable's name): the URL that variable holds now, as the
+    connection's base URL; the default variable means the default."""
+    if value in (None, "OPENAI_BASE_URL"):
+        return "", None
+    return "base_url", os.environ.get(str(value), "").strip() or None
+
+
+def _key_env(usual: str):
+    """The old ``api_key_env``: its old default, the provider's usual variable, is the connection's default."""
+    return lambda value: ("", None) if value in (None, usual) else ("api_key_env", value)
+
+
+# flat keys of the sections that call a remote service, before they had a connection: (section path, connection
+# field, old key -> new key under it)
+OLD_CONNECTION_KEYS: list[tuple[tuple[str, ...], str, dict]] = [
+    (("convert",), "dashscope", {"dashscope_api_key_env": _key_env("DASHSCOPE_API_KEY"), "dashscope_base_url": "base_url",
+                                 "dashscope_timeout_s": "timeout_s", "dashscope_retries": "retries"}),
+    (("search", "rerank"), "connection", {"api_key_env": _key_env("DASHSCOPE_API_KEY"), "timeout_s": "timeout_s",
+                                          "retries": "retries", "dashscope_url": _rerank_url}),
+    (("search", "llm"), "connection", {"api_key_env": _key_env("OPENAI_API_KEY"), "timeout_s": "timeout_s", "retries": "retries",
+                                       "base_url_env": _chat_base_url}),
+]
+
+
+def _moved(section: tuple[str, ...], data: object) -> object:
+    """``data`` for ``section`` with its old flat connection keys moved (a section built in code, not a file)."""
+    _, field, renames = next(entry for entry in OLD_CONNECTION_KEYS if entry[0] == section)
+    return move_keys(data, ".".join(section), renames, field)[0]
+
+
+def _move_connection_keys(raw: dict, later: Callable[[tuple[str, ...]], int]) -> Moves:
+    """Move the old flat connection keys of ``raw`` (a whole config mapping) in place; a key written both ways
+    keeps the value from the later source (``later`` ranks a key's source)."""
+    moves: Moves = []
+    for section, field, renames in OLD_CONNECTION_KEYS:
+        parent: dict = raw
+        for part in section[:-1]:
+            child = parent.get(part)
+            parent = child if isinstance(child, dict) else {}
+        if isinstance(parent.get(section[-1]), dict):
+            def nested_wins(old: str, new: str, section: tuple[str, ...] = section, field: str = field) -> bool:
+                return later((*section, field, new)) > later((*section, old))
+
+            parent[section[-1]], section_moves = move_keys(parent[section[-1]], ".".join(section), renames, field,
+                                                           nested_wins)
+            moves += section_moves
+    return moves
 
 
 class ConvertConfig(_Section):
@@ -50,13 +113,15 @@ class ConvertConfig(_Section):
         "vocabulary.txt) for the whisper backend. Empty: the packaged Whisper base (multilingual, MIT).")
     whisper_language: str | None = Field(
         None, description="Whisper language code of the recordings ('en', 'zh', ...). Empty: detected per file.")
-    dashscope_api_key_env: str = Field("DASHSCOPE_API_KEY", description="Name of the environment variable holding the DashScope API key.")
-    dashscope_base_url: str | None = Field(
-        None, description="DashScope API base for speech recognition (https://dashscope-intl.aliyuncs.com outside "
-        "China; a bare host means its /api/v1). Empty: DASHSCOPE_HTTP_BASE_URL, else the public endpoint.")
+    dashscope: SpeechConnection = Field(
+        default_factory=SpeechConnection, description="How speech recognition reaches DashScope (audio_backend "
+        "'dashscope', or 'auto' with the key set): key variable, API base, timeout, retries.")
     dashscope_asr_model: str = Field("qwen3-asr-flash", description="DashScope speech recognition model.")
-    dashscope_timeout_s: float = Field(120.0, gt=0, description="Per-request timeout for DashScope speech recognition.")
-    dashscope_retries: int = Field(3, ge=0, le=10, description="Retries of a DashScope request on 429, 5xx and timeouts.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_keys(cls, data: object) -> object:
+        return _moved(("convert",), data)
     zip_max_total_mb: float = Field(500.0, gt=0, description="An archive whose members add up to more than this (uncompressed) is refused as a possible ZIP bomb.")
     zip_max_members: int = Field(10000, ge=1, description="An archive with more members than this is refused.")
     max_line_chars: int = Field(1_000_000, ge=1000, description="A text file with a longer line is refused (minified or binary data).")
@@ -135,36 +200,41 @@ class FlowConfig(_Section):
 class RerankConfig(_Section):
     kind: Literal["cross-encoder", "dashscope"] = Field(
         "cross-encoder", description="'cross-encoder': a local sentence-transformers CrossEncoder from model_path; "
-        "'dashscope': DashScope's text-rerank API (key from api_key_env).")
+        "'dashscope': DashScope's text-rerank API (see connection).")
     model_path: str | None = Field(None, description="Folder of a local CrossEncoder model (required for kind cross-encoder).")
     candidates: int = Field(50, ge=1, le=1000, description="Hybrid candidates the reranker scores per query.")
     batch_size: int = Field(32, ge=1, description="Query-passage pairs per cross-encoder forward pass.")
     dashscope_model: str = Field("gte-rerank-v2", description="DashScope rerank model name.")
-    dashscope_url: str | None = Field(
-        None, description="DashScope rerank endpoint URL. Empty: <API base>/services/rerank/text-rerank/text-rerank, "
-        "the API base being DASHSCOPE_HTTP_BASE_URL or the public endpoint.")
-    api_key_env: str = Field("DASHSCOPE_API_KEY", description="Environment variable holding the DashScope key (never the key).")
-    timeout_s: float = Field(30.0, gt=0, description="Per-request time limit of the rerank API.")
-    retries: int = Field(3, ge=0, le=20, description="Retries on 429, 5xx and timeouts.")
+    connection: RerankConnection = Field(
+        default_factory=RerankConnection, description="How kind 'dashscope' reaches DashScope: key variable "
+        "(empty: DASHSCOPE_API_KEY), API base, timeout, retries.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_keys(cls, data: object) -> object:
+        return _moved(("search", "rerank"), data)
 
 
 class LlmConfig(_Section):
     kind: Literal["openai", "local"] = Field(
-        "openai", description="'openai': an OpenAI-compatible endpoint from base_url_env / api_key_env (OpenAI, "
+        "openai", description="'openai': an OpenAI-compatible endpoint (connection: OpenAI, "
         "DashScope, vLLM, Ollama...); 'local': a GGUF chat model run in this process by llama.cpp (model_path).")
     model_path: str | None = Field(None, description="kind local: the GGUF chat model file.")
     context_tokens: int = Field(4096, ge=512, le=131072, description="kind local: the model's context window "
                                 "used, in tokens; ask packs sources into it, leaving max_tokens for the answer.")
     threads: int | None = Field(None, ge=1, le=256, description="kind local: CPU threads. Empty: every core.")
-    base_url_env: str = Field(
-        "OPENAI_BASE_URL", description="Environment variable holding the OpenAI-compatible base URL (…/v1). "
-        "For DashScope use its compatible mode: https://dashscope.aliyuncs.com/compatible-mode/v1.")
-    api_key_env: str = Field("OPENAI_API_KEY", description="Environment variable holding the API key (never the key).")
+    connection: InteractiveConnection = Field(
+        default_factory=InteractiveConnection, description="kind openai: the endpoint. base_url empty means the "
+        "OPENAI_BASE_URL variable, api_key_env empty means OPENAI_API_KEY. For DashScope use its compatible mode: "
+        "https://dashscope.aliyuncs.com/compatible-mode/v1 with DASHSCOPE_API_KEY.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_keys(cls, data: object) -> object:
+        return _moved(("search", "llm"), data)
     model: str = Field("gpt-4o-mini", description="kind openai: chat model name sent to /chat/completions (e.g. qwen-plus on DashScope).")
     temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature of answers and expansions.")
     max_tokens: int = Field(800, ge=16, description="Most tokens of one completion.")
-    timeout_s: float = Field(60.0, gt=0, description="Per-request time limit.")
-    retries: int = Field(3, ge=0, le=20, description="Retries on 429, 5xx and timeouts (Retry-After honoured).")
     mqe_queries: int = Field(3, ge=1, le=10, description="Extra phrasings multi-query expansion asks for.")
     context_chunks: int = Field(6, ge=1, le=50, description="Retrieved chunks given to the model by `ask`.")
 
@@ -472,6 +542,7 @@ def load_config_with_origins(path: str | Path | None = None, **overrides: object
 
     raw["embedder"], moves = migrate_flat_keys(
         raw.get("embedder", {}), nested_wins=lambda key: later(("embedder", "connection", key)) > later(("embedder", key)))
+    moves += _move_connection_keys(raw, later)
     for old, new in moves:  # a value keeps its source under its new name; a dropped or beaten one has none
         flat, nested = tuple(old.split(".")), tuple(new.split("."))
         flat_rank, label = later(flat), origins.pop(flat, None)

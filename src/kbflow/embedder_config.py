@@ -12,31 +12,11 @@ from typing import Annotated, Callable, Literal, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError
 
+from kbflow.connection import RemoteConnection
 from kbflow.errors import ConfigError
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-class RemoteConnection(_Section):
-    """How kbflow reaches a remote provider."""
-
-    api_key_env: str | None = Field(
-        None, description="Name of the environment variable holding the API key (never the key itself). "
-        "Empty means the provider's usual variable: DASHSCOPE_API_KEY for DashScope, OPENAI_API_KEY for an "
-        "OpenAI-compatible endpoint.")
-    base_url: str | None = Field(
-        None, description="API base URL. DashScope: empty means https://dashscope.aliyuncs.com/api/v1; an "
-        "OpenAI-compatible endpoint needs its base URL ending in /v1.")
-    timeout_s: float = Field(60.0, gt=0, description="Seconds one request may take before it is retried.")
-    retries: int = Field(8, ge=0, le=50, description="Retries of one request on transient errors (429, 5xx, "
-                         "timeouts), within retry_budget_s.")
-    retry_budget_s: float = Field(300.0, gt=0, description="Seconds one request may keep being retried "
-                                  "(Retry-After waits included) before the request counts as failed.")
-    retry_backoff_s: float = Field(2.0, ge=0, description="First retry delay; doubled each attempt, with jitter; "
-                                   "a longer Retry-After from the service wins.")
-    max_retry_after_s: float = Field(
-        300.0, ge=0, description="Longest Retry-After a 429 may impose before a retry; longer waits are cut to this.")
 
 
 BACKEND_HELP = (

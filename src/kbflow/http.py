@@ -24,6 +24,7 @@ from kbflow.errors import AuthError, PermanentError, TransientError
 TRANSIENT_STATUS = frozenset({408, 425, 429})
 DASHSCOPE_API = "https://dashscope.aliyuncs.com/api/v1"
 DASHSCOPE_URL_ENV = "DASHSCOPE_HTTP_BASE_URL"  # the dashscope SDK's own variable (a proxy, a regional endpoint)
+DASHSCOPE_RERANK_PATH = "/services/rerank/text-rerank/text-rerank"  # under the DashScope API base
 
 
 def dashscope_base_url(configured: str | None) -> str:

@@ -59,9 +59,8 @@ class RunProgress:
     count the texts found missing from the vector cache so far; the texts of documents not yet chunked are
     extrapolated from those that were), and documents written by upsert; it never goes back."""
 
-    def __init__(self, total_documents: int, doc_batch: int, clock=time.monotonic):
+    def __init__(self, total_documents: int, clock=time.monotonic):
         self.total = total_documents
-        self.doc_batch = doc_batch
         self.documents_done = self.chunked = 0
         self.texts_done = self.texts_known = 0
         self.percent = 0.0

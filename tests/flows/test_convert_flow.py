@@ -41,8 +41,8 @@ def test_a_transient_conversion_failure_is_retried_by_the_next_run(tmp_path, cou
         monkeypatch.setenv("KBFLOW_TEST_DASHSCOPE_KEY", KEY)
         config = tmp_path / "kbflow.yaml"
         config.write_text(yaml.safe_dump({"convert": {
-            "audio_backend": "dashscope", "dashscope_api_key_env": "KBFLOW_TEST_DASHSCOPE_KEY",
-            "dashscope_base_url": server.url, "dashscope_retries": 0}}))
+            "audio_backend": "dashscope", "dashscope": {"api_key_env": "KBFLOW_TEST_DASHSCOPE_KEY",
+                                                        "base_url": server.url, "retries": 0}}}))
         audio = tmp_path / "voice"
         audio.mkdir()
         shutil.copy(CASES / "formats" / "conf-onlyperson.wav", audio / "conf-onlyperson.wav")

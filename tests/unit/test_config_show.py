@@ -73,7 +73,7 @@ def test_the_command_prints_names_values_and_sources_never_a_secret(tmp_path, mo
     lines = result.output.splitlines()
     assert f'search.mode = "bm25"  # file {path}' in lines
     assert f'data_dir = "{tmp_path}"  # flag --data-dir' in lines
-    assert 'convert.dashscope_api_key_env = "DASHSCOPE_API_KEY"  # default' in lines
+    assert 'convert.dashscope.timeout_s = 120.0  # default' in lines
     assert ('store.qdrant_location = "https://admin:***@qdrant.example:6333"  '
             '# environment KBFLOW__STORE__QDRANT_LOCATION') in lines
     assert "sk-do-not-print-me" not in result.output and "hunter2" not in result.output

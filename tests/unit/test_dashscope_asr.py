@@ -11,6 +11,7 @@ from kbflow.config import ConvertConfig
 from kbflow.convert.converters import convert_bytes, converter_fingerprint
 from kbflow.errors import ConversionError, TransientError
 from kbflow.convert.formats.dashscope_asr import ENDPOINT, DashScopeASR
+from kbflow.retry import RetryPolicy
 from kbflow.testing.fake_services import FakeServices
 from tests.conftest import CASES
 
@@ -25,8 +26,8 @@ def server():
 
 
 def client(server, key=KEY, retries=2, timeout_s=5.0) -> DashScopeASR:
-    return DashScopeASR(key, f"{server.url}/api/v1", "qwen3-asr-flash", timeout_s, retries,
-                        backoff_s=0.01)
+    return DashScopeASR(key, f"{server.url}/api/v1", "qwen3-asr-flash", timeout_s,
+                        RetryPolicy(attempts=retries + 1, backoff_s=0.01, max_retry_after_s=60.0))
 
 
 def test_request_wire_format_and_transcript(server):
@@ -76,8 +77,7 @@ def test_bad_input_is_permanent(server):
 
 def test_audio_backend_auto_uses_dashscope_when_the_key_is_set(server, monkeypatch):
     monkeypatch.setenv("KBFLOW_TEST_DASHSCOPE_KEY", KEY)
-    options = ConvertConfig(dashscope_api_key_env="KBFLOW_TEST_DASHSCOPE_KEY",
-                            dashscope_base_url=server.url)
+    options = ConvertConfig(dashscope={"api_key_env": "KBFLOW_TEST_DASHSCOPE_KEY", "base_url": server.url})
     server.transcripts = ["weasels have eaten our phone system"]
     result = convert_bytes(WAV, "tt.wav", "audio/tt.wav", options)
     assert result.markdown == "weasels have eaten our phone system\n"

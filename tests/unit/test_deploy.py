@@ -169,7 +169,7 @@ def test_summary_rows_failures_page_and_keys():
 
 def test_run_progress_follows_the_texts_embedded_extrapolated_to_unchunked_documents_and_never_goes_back():
     now = [100.0]
-    progress = report.RunProgress(total_documents=4, doc_batch=2, clock=lambda: now[0])
+    progress = report.RunProgress(total_documents=4, clock=lambda: now[0])
     assert progress.update("convert", 2, 4) is None
     assert progress.update("chunk", 2, 4) is None  # half the documents chunked, 10 texts to embed found so far
     assert progress.update("embed", 0, 10) is None
@@ -185,7 +185,7 @@ def test_run_progress_follows_the_texts_embedded_extrapolated_to_unchunked_docum
     assert progress.update("upsert", 1, 4) is None  # behind what the embedding showed: never back
     assert progress.update("embed", 12, 12) == 99.0  # every text embedded, writes still to come
     assert progress.update("upsert", 4, 4) == 100.0
-    assert report.RunProgress(0, 2).update("upsert", 0, 0) is None
+    assert report.RunProgress(0).update("upsert", 0, 0) is None
 
 
 def test_prefect_yaml_is_the_served_set_for_the_default_config(monkeypatch):

@@ -103,3 +103,36 @@ def test_each_backend_takes_only_its_own_settings(tmp_path):
     with pytest.raises(ConfigError, match="embedder"):
         load_config(_write(tmp_path, "e.yaml", "embedder:\n  backend: word2vec\n"))
     assert not hasattr(load_config(None).embedder, "connection")  # auto is local: no provider to reach
+
+
+OLD_SERVICES = """convert:
+  dashscope_api_key_env: MY_ASR_KEY
+  dashscope_timeout_s: 300
+search:
+  rerank:
+    kind: dashscope
+    dashscope_url: https://dashscope-intl.aliyuncs.com/api/v1/services/rerank/text-rerank/text-rerank
+    retries: 1
+  llm:
+    base_url_env: MY_CHAT_URL
+    api_key_env: MY_CHAT_KEY
+    timeout_s: 20
+"""
+
+
+def test_flat_service_settings_move_into_their_connections(tmp_path, monkeypatch, capsys):
+    """Speech recognition, the reranker and the chat model share the embedder's connection model; their old flat
+    keys load and mean what they meant."""
+    monkeypatch.setenv("MY_CHAT_URL", "http://chat.internal:8000/v1")
+    config = load_config(_write(tmp_path, "old.yaml", OLD_SERVICES))
+    asr, rerank, llm = config.convert.dashscope, config.search.rerank.connection, config.search.llm.connection
+    assert (asr.api_key_env, asr.timeout_s, asr.retries) == ("MY_ASR_KEY", 300, 3)
+    assert (rerank.base_url, rerank.retries, rerank.timeout_s) == ("https://dashscope-intl.aliyuncs.com/api/v1", 1, 30)
+    assert (llm.base_url, llm.api_key_env, llm.timeout_s) == ("http://chat.internal:8000/v1", "MY_CHAT_KEY", 20)
+    err = capsys.readouterr().err
+    assert "convert.dashscope_timeout_s -> convert.dashscope.timeout_s" in err
+    assert "search.llm.base_url_env -> search.llm.connection.base_url" in err
+    written_new = load_config(_write(tmp_path, "new.yaml", "search:\n  llm:\n    connection: {timeout_s: 20}\n"))
+    assert written_new.search.llm.connection.timeout_s == 20 and capsys.readouterr().err == ""
+    with pytest.raises(ConfigError, match="search.rerank.connection.base_url"):
+        load_config(_write(tmp_path, "bad.yaml", "search:\n  rerank:\n    dashscope_url: https://proxy.example/rr\n"))

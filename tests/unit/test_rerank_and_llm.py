@@ -70,7 +70,7 @@ def test_rerank_without_a_model_names_the_setting():
 
 def dashscope(service, monkeypatch, **overrides):
     monkeypatch.setenv("DASHSCOPE_API_KEY", service.key)
-    config = RerankConfig(kind="dashscope", dashscope_url=service.url + RERANK_PATH, timeout_s=1.0, **overrides)
+    config = RerankConfig(kind="dashscope", connection={"base_url": service.url, "timeout_s": 1.0, **overrides})
     return get_reranker(config)
 
 
@@ -111,7 +111,7 @@ def test_dashscope_gives_up_after_retries_and_on_timeouts(service, monkeypatch):
 
 def test_dashscope_bad_key_fails_at_once_without_leaking_it(service, monkeypatch):
     monkeypatch.setenv("DASHSCOPE_API_KEY", "sk-wrong-secret")
-    reranker = get_reranker(RerankConfig(kind="dashscope", dashscope_url=service.url + RERANK_PATH, retries=3))
+    reranker = get_reranker(RerankConfig(kind="dashscope", connection={"base_url": service.url, "retries": 3}))
     with pytest.raises(PermanentError, match="DASHSCOPE_API_KEY") as caught:
         reranker.scores("tar", PASSAGES)
     assert "sk-wrong-secret" not in str(caught.value) and "InvalidApiKey" in str(caught.value)
@@ -121,10 +121,10 @@ def test_dashscope_bad_key_fails_at_once_without_leaking_it(service, monkeypatch
         get_reranker(RerankConfig(kind="dashscope"))
 
 
-def chat_client(service, monkeypatch, **overrides):
+def chat_client(service, monkeypatch, connection=None, **overrides):
     monkeypatch.setenv("OPENAI_BASE_URL", service.url + "/v1")
     monkeypatch.setenv("OPENAI_API_KEY", service.key)
-    return ChatClient(LlmConfig(timeout_s=1.0, **overrides))
+    return ChatClient(LlmConfig(connection={"timeout_s": 1.0, **(connection or {})}, **overrides))
 
 
 def test_chat_client_speaks_openai_chat_completions(service, monkeypatch):
@@ -137,7 +137,7 @@ def test_chat_client_speaks_openai_chat_completions(service, monkeypatch):
 
 
 def test_chat_client_faults(service, monkeypatch):
-    client = chat_client(service, monkeypatch, retries=2)
+    client = chat_client(service, monkeypatch, connection={"retries": 2})
     service.script = [(429, 0), (502,)]
     assert client.complete([{"role": "user", "content": "x"}]) == "ok"
     service.script = [(400,)]
@@ -148,7 +148,7 @@ def test_chat_client_faults(service, monkeypatch):
         client.complete([{"role": "user", "content": "x"}])
     monkeypatch.setenv("OPENAI_API_KEY", "sk-bad-secret")
     with pytest.raises(PermanentError, match="OPENAI_API_KEY") as caught:
-        ChatClient(LlmConfig(retries=3)).complete([{"role": "user", "content": "x"}])
+        ChatClient(LlmConfig(connection={"retries": 3})).complete([{"role": "user", "content": "x"}])
     assert "sk-bad-secret" not in str(caught.value)
 
 
@@ -172,3 +172,12 @@ def test_rrf_and_weighted_fusion_arithmetic():
     scores = {h.chunk_id: h.score for h in weighted}
     assert scores == pytest.approx({"a": 0.5, "b": 0.5 * 0.875, "c": 0.5})
     assert fusion.min_max([2.0, 2.0]) == [1.0, 1.0]
+
+
+def test_the_connection_base_url_wins_over_the_variable(service, monkeypatch):
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")  # nothing listens there
+    monkeypatch.setenv("KBFLOW_TEST_CHAT_KEY", service.key)
+    service.chat_responder = lambda messages: "from the configured endpoint"
+    client = ChatClient(LlmConfig(connection={"base_url": service.url + "/v1", "api_key_env": "KBFLOW_TEST_CHAT_KEY"}))
+    assert client.complete([{"role": "user", "content": "x"}]) == "from the configured endpoint"
+    assert service.requests[-1]["auth"] == f"Bearer {service.key}"

@@ -7,18 +7,8 @@ from typing import Any
 
 from kbflow import embedder_config as sections
 from kbflow.config import EmbedderConfig
-from kbflow.embedder_config import RemoteConnection
 from kbflow.embed.base import Embedder
 from kbflow.errors import ConfigError
-from kbflow.retry import RetryPolicy
-
-
-def request_policy(connection: RemoteConnection) -> RetryPolicy:
-    """Retries of one provider request: transient errors (429, 5xx, timeouts) until ``retries`` retries or
-    ``retry_budget_s`` seconds are spent, whichever comes first, honouring Retry-After up to ``max_retry_after_s``."""
-    c = connection
-    return RetryPolicy(attempts=1 + c.retries, backoff_s=c.retry_backoff_s, max_backoff_s=30.0,
-                       budget_s=c.retry_budget_s, max_retry_after_s=c.max_retry_after_s)
 
 
 def _local(c: sections.LocalEmbedder) -> Embedder:
@@ -59,7 +49,7 @@ def _dashscope(c: sections.DashScopeEmbedder) -> Embedder:
     link = c.connection
     return DashScopeEmbedder(c.model or "text-embedding-v4", c.dimension, link.api_key_env or "DASHSCOPE_API_KEY",
                              link.base_url, link.timeout_s, c.max_batch, c.requests_per_minute, c.tokens_per_minute,
-                             request_policy(link))
+                             link.policy())
 
 
 def _openai(c: sections.OpenAIEmbedder) -> Embedder:
@@ -69,7 +59,7 @@ def _openai(c: sections.OpenAIEmbedder) -> Embedder:
     return OpenAICompatibleEmbedder(c.model, c.dimension, link.api_key_env or "OPENAI_API_KEY", link.base_url,
                                     link.timeout_s, c.max_batch, c.max_input_tokens, c.send_dimensions,
                                     c.requests_per_minute, c.tokens_per_minute, c.query_prefix or "",
-                                    c.passage_prefix or "", request_policy(link))
+                                    c.passage_prefix or "", link.policy())
 
 
 # each backend's builder takes its own section of the union (build_embedder passes the section its backend names)

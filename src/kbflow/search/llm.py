@@ -12,18 +12,22 @@ from kbflow.config import LlmConfig
 from kbflow.errors import LlmNotConfigured, PermanentError
 from kbflow.search.remote import post_json
 
+BASE_URL_ENV = "OPENAI_BASE_URL"  # the OpenAI SDK's variable: the base URL when the config sets none
+
 
 class ChatClient:
     def __init__(self, config: LlmConfig):
-        base_url = os.environ.get(config.base_url_env, "").strip()
-        key = os.environ.get(config.api_key_env, "").strip()
-        missing = [name for name, value in ((config.base_url_env, base_url), (config.api_key_env, key)) if not value]
+        link = config.connection
+        self.key_env = link.key_env("OPENAI_API_KEY")
+        base_url = (link.base_url or os.environ.get(BASE_URL_ENV, "")).strip()
+        key = os.environ.get(self.key_env, "").strip()
+        missing = [name for name, value in ((BASE_URL_ENV, base_url), (self.key_env, key)) if not value]
         if missing:
             raise LlmNotConfigured(
                 f"no LLM configured: set {' and '.join(missing)} (an OpenAI-compatible base URL ending in /v1, and "
                 "its API key; for DashScope https://dashscope.aliyuncs.com/compatible-mode/v1 with your "
-                "DASHSCOPE key), or point search.llm.base_url_env / api_key_env at the variables you use; or run a "
-                "GGUF model in this process: search.llm.kind: local with search.llm.model_path")
+                "DASHSCOPE key), or write them in search.llm.connection (base_url, api_key_env); or run a GGUF "
+                "model in this process: search.llm.kind: local with search.llm.model_path")
         self.config = config
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.key = key
@@ -37,8 +41,8 @@ class ChatClient:
         limit = max_tokens or config.max_tokens
         payload = {"model": config.model, "messages": messages, "max_tokens": limit,
                    "temperature": config.temperature if temperature is None else temperature}
-        reply = post_json(self.url, payload, self.key, config.api_key_env, f"chat model {config.model}",
-                          config.timeout_s, config.retries, client=self.client)
+        reply = post_json(self.url, payload, self.key, self.key_env, f"chat model {config.model}",
+                          config.connection, client=self.client)
         try:
             choice = reply["choices"][0]
             content = choice["message"]["content"]

@@ -15,7 +15,6 @@ from kbflow.extras import require
 from kbflow.search.remote import api_key, post_json
 
 DASHSCOPE_MAX_DOCUMENTS = 500  # per request, the API's documented limit
-RERANK_PATH = "/services/rerank/text-rerank/text-rerank"  # under the DashScope API base
 
 
 class Reranker(Protocol):
@@ -55,9 +54,10 @@ class DashScopeReranker:
 
     def __init__(self, config: RerankConfig):
         self.config = config
-        self.key = api_key(config.api_key_env, "the DashScope reranker (search.rerank.kind: dashscope)")
+        self.key_env = config.connection.key_env("DASHSCOPE_API_KEY")
+        self.key = api_key(self.key_env, "the DashScope reranker (search.rerank.kind: dashscope)")
         self.name = f"dashscope:{config.dashscope_model}"
-        self.url = config.dashscope_url or http.dashscope_base_url(None) + RERANK_PATH
+        self.url = http.dashscope_base_url(config.connection.base_url) + http.DASHSCOPE_RERANK_PATH
         self.client = httpx.Client()
 
     def scores(self, query: str, passages: list[str]) -> list[float]:
@@ -67,9 +67,9 @@ class DashScopeReranker:
             batch = passages[start:start + DASHSCOPE_MAX_DOCUMENTS]
             payload = {"model": self.config.dashscope_model, "input": {"query": query, "documents": batch},
                        "parameters": {"top_n": len(batch), "return_documents": False}}
-            reply = post_json(self.url, payload, self.key, self.config.api_key_env,
-                              f"DashScope rerank ({self.config.dashscope_model})", self.config.timeout_s,
-                              self.config.retries, client=self.client)
+            reply = post_json(self.url, payload, self.key, self.key_env,
+                              f"DashScope rerank ({self.config.dashscope_model})", self.config.connection,
+                              client=self.client)
             try:
                 for item in reply["output"]["results"]:
                     result[start + item["index"]] = float(item["relevance_score"])

@@ -29,7 +29,7 @@ def resolve_backend(backend: str, api_key_env: str) -> str:
 
 
 def audio_fingerprint(options) -> str:
-    backend = resolve_backend(options.audio_backend, options.dashscope_api_key_env)
+    backend = resolve_backend(options.audio_backend, options.dashscope.key_env("DASHSCOPE_API_KEY"))
     if backend == "dashscope":
         return f"dashscope-asr({options.dashscope_asr_model})"
     if backend == "whisper":
@@ -77,7 +77,7 @@ def transcribe_pocketsphinx(data: bytes, source: str) -> str:
 
 def transcribe(data: bytes, source: str, suffix: str, options) -> tuple[str, str]:
     """(transcript, backend used)."""
-    backend = resolve_backend(options.audio_backend, options.dashscope_api_key_env)
+    backend = resolve_backend(options.audio_backend, options.dashscope.key_env("DASHSCOPE_API_KEY"))
     if backend == "dashscope":
         from kbflow.convert.formats.dashscope_asr import DashScopeASR
 

@@ -14,6 +14,7 @@ import os
 from dataclasses import dataclass
 
 from kbflow import http
+from kbflow.config import ConvertConfig
 from kbflow.errors import AuthError, ConversionError, PermanentError, TransientError
 from kbflow.retry import RetryPolicy, call_with_retries
 
@@ -29,20 +30,20 @@ class DashScopeASR:
     base_url: str
     model: str
     timeout_s: float
-    retries: int
-    backoff_s: float = 1.0
+    policy: RetryPolicy
     key_env: str = "DASHSCOPE_API_KEY"
 
     @classmethod
-    def from_options(cls, options) -> "DashScopeASR":
-        key = os.environ.get(options.dashscope_api_key_env, "")
+    def from_options(cls, options: ConvertConfig) -> "DashScopeASR":
+        link = options.dashscope
+        key_env = link.key_env("DASHSCOPE_API_KEY")
+        key = os.environ.get(key_env, "")
         if not key:
             raise ConversionError(
-                f"audio backend 'dashscope' needs an API key in the environment variable "
-                f"{options.dashscope_api_key_env}; set it, or use convert.audio_backend: pocketsphinx"
-            )
-        return cls(key, http.dashscope_base_url(options.dashscope_base_url), options.dashscope_asr_model,
-                   options.dashscope_timeout_s, options.dashscope_retries, key_env=options.dashscope_api_key_env)
+                f"audio backend 'dashscope' needs an API key in the environment variable {key_env}; set it, or "
+                "use convert.audio_backend: whisper")
+        return cls(key, http.dashscope_base_url(link.base_url), options.dashscope_asr_model, link.timeout_s,
+                   link.policy(), key_env=key_env)
 
     def request_body(self, data: bytes, suffix: str) -> dict:
         encoded = base64.b64encode(data).decode("ascii")
@@ -59,12 +60,11 @@ class DashScopeASR:
                 "recording, compress it (MP3), or use convert.audio_backend: pocketsphinx"
             )
         body = self.request_body(data, suffix)
-        policy = RetryPolicy(attempts=self.retries + 1, backoff_s=self.backoff_s, max_retry_after_s=60.0)
         try:
             reply = call_with_retries(lambda: http.post_json(self.base_url + ENDPOINT, body,
                                                              service="DashScope speech recognition",
                                                              timeout_s=self.timeout_s, key=self.api_key,
-                                                             key_env=self.key_env), policy)
+                                                             key_env=self.key_env), self.policy)
         except TransientError as exc:  # not cached as a failure: the next run tries the file again
             raise TransientError(f"{source}: DashScope speech recognition failed after {getattr(exc, 'attempts', 1)} attempts: "
                                  f"{exc}; the next run retries it") from None
