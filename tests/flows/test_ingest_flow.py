@@ -311,6 +311,7 @@ def test_add_text_and_clear_touch_one_namespace(docs_dir, tmp_path, counting):
 
     api.clear("beta", data_dir=data)
     assert api.stats("beta", data_dir=data)["chunks"] == 0
+    assert not (data / "state" / "beta").exists()  # the lock released, nothing of the namespace stays
     assert snapshot(data, "alpha") == alpha_before
     assert api.stats("alpha", data_dir=data)["documents"] == 4
 

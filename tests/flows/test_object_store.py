@@ -138,6 +138,11 @@ def test_the_whole_knowledge_base_in_a_bucket_and_a_second_fresh_process_finds_i
                                                                                    Prefix="kb/runs/default/")["Contents"])}
     assert runs == {removed["run_id"]}
 
+    cleared = api.clear("default", data_dir=data)  # under the bucket's lock, which the clear must not delete
+    assert cleared["chunks_removed"] == removed["store"]["count"]
+    left = [o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix="kb/state/default/").get("Contents", [])]
+    assert left == [] and api.namespaces(data_dir=data) == []
+
 
 def test_a_run_whose_lease_lapsed_stops_before_writing(s3, docs_dir, tmp_path, monkeypatch, counting):
     """Before each store write the engine asks the lock whether it still holds the namespace: a lease that could not

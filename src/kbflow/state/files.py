@@ -23,6 +23,8 @@ from kbflow.errors import PermanentError
 from kbflow.storage import location
 
 # what a reader needs in namespace.json; without them the namespace's model is unknown
+LOCK_NAME = "ingest.lock"  # the namespace's one-writer lock, in its state folder (kbflow.state.lock)
+
 META_KEYS = ("model_id", "dimension")
 
 

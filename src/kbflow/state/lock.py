@@ -12,6 +12,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from kbflow.state.files import LOCK_NAME
 from kbflow.state.holders import NamespaceLocked, died_here, held_by
 from kbflow.state.object_lock import ObjectLock
 from kbflow.storage import is_remote, location
@@ -31,7 +32,7 @@ def what_to_do(holder: dict, lock_path) -> str:
 
 class NamespaceLock:
     def __init__(self, state_root: Path, namespace: str):
-        self.path = Path(state_root) / "ingest.lock"
+        self.path = Path(state_root) / LOCK_NAME
         self.namespace = namespace
 
     def acquire(self) -> None:
@@ -60,6 +61,10 @@ class NamespaceLock:
     def release(self) -> None:
         if self._holder().get("pid") == os.getpid():
             self.path.unlink(missing_ok=True)
+            try:
+                self.path.parent.rmdir()  # the state folder, when a clear emptied it under this lock
+            except OSError:
+                pass  # it holds the namespace's state
 
     def check(self) -> None:
         """Still held (a lock file is not taken from a live process: nothing to check; see ObjectLock)."""

@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 from kbflow.errors import ModelMismatchError
 from kbflow.model_ids import backend_of_model
 from kbflow.schemas import MANIFEST
-from kbflow.state.files import META_KEYS, read_json, read_parquet
+from kbflow.state.files import LOCK_NAME, META_KEYS, read_json, read_parquet
 from kbflow.state.snapshots import write_table
 from kbflow.storage import location, remove_tree, write_bytes_atomic
 
@@ -111,7 +111,19 @@ class NamespaceState:
         _write_json(self.last_run_path, summary)
 
     def clear(self) -> None:
-        remove_tree(self.root)
+        """Remove the namespace's state. Its lock file stays: a clear runs under the lock, and the lock's holder
+        removes it on release (on object storage a release deletes the lease object it wrote, and only that)."""
+        if not self.root.exists():
+            return
+        for child in self.root.iterdir():
+            if child.name == LOCK_NAME:
+                continue
+            if child.is_dir():
+                remove_tree(child)
+            else:
+                child.unlink()
+        if not any(self.root.iterdir()):
+            remove_tree(self.root)  # nobody holds the lock: nothing of the namespace is left
 
 
 def namespaces(data_dir: str | Path) -> list[str]:

@@ -28,6 +28,7 @@ import time
 import uuid
 
 from kbflow.errors import ConfigError
+from kbflow.state.files import LOCK_NAME
 from kbflow.state.holders import NamespaceLocked, died_here, held_by
 from kbflow.urls import filesystem
 
@@ -53,7 +54,7 @@ def _precondition_failed(exc: BaseException) -> bool:
 
 class ObjectLock:
     def __init__(self, state_url: str, namespace: str, lease_s: float = LEASE_S):
-        fs, path = filesystem(state_url.rstrip("/") + "/ingest.lock")
+        fs, path = filesystem(state_url.rstrip("/") + "/" + LOCK_NAME)
         if "s3" not in (fs.protocol if isinstance(fs.protocol, (list, tuple)) else (fs.protocol,)):
             raise ConfigError(f"{state_url!r}: kbflow's lock on object storage uses S3 conditional writes; keep the "
                               "data dir on S3 (or an S3-compatible store) or on a local or NFS path")
