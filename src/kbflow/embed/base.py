@@ -137,7 +137,8 @@ def one_torch_thread() -> Iterator[None]:
     For query-sized passes: splitting a ~10-token forward pass over threads gains little when the cores are idle
     and costs several times its length when they are not, since each pass then waits for its other thread to be
     scheduled (`kbflow bench search --sample --clients` measures a served search). torch with OpenMP keeps this
-    setting per calling thread, so an ingest's batches on another thread keep all of theirs."""
+    setting per calling thread, so an ingest's batches on a thread already running keep all of theirs; only a
+    thread whose first torch call falls inside this block starts on one thread too (tests/unit/test_e5.py)."""
     import torch
 
     previous = torch.get_num_threads()
