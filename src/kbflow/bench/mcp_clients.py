@@ -56,7 +56,7 @@ def _client_process(url: str, token: str, commands, answers) -> None:
                         result = await client.call_tool("search", {"query": query})
                         samples.append(1000 * (time.perf_counter() - started))
                         if result.is_error:
-                            answers.send(("error", [str(result.content[0].text)]))
+                            answers.send(("error", [str(getattr(result.content[0], "text", result.content[0]))]))
                             return
                     answers.send(("done", samples))
 
@@ -86,10 +86,11 @@ class _Server:
                 return
             except OSError:
                 if self.process.poll() is not None or time.monotonic() > deadline:
+                    output = self.output()
                     self.stop()
                     from kbflow.errors import KbflowError
 
-                    raise KbflowError(f"kbflow mcp --http did not start: {self.output()[-2000:]}") from None
+                    raise KbflowError(f"kbflow mcp --http did not start: {output[-2000:]}") from None
                 time.sleep(0.3)
 
     def output(self) -> str:
@@ -119,8 +120,12 @@ class _Clients:
             process.start()
             self.pipes.append(ours)
             self.processes.append(process)
-        for pipe in self.pipes:
-            self._answer(pipe)
+        try:
+            for pipe in self.pipes:
+                self._answer(pipe)
+        except BaseException:
+            self.close()
+            raise
 
     @staticmethod
     def _answer(pipe) -> list[float]:
@@ -186,8 +191,9 @@ def bench_mcp_clients(sample: Path, out_file: Path, clients: list[int], calls: i
     token = secrets.token_urlsafe(32)
     server = _Server(config, data_dir, namespace, token)
     pool = None
-    in_process, per_count = [], {count: [] for count in clients}
-    loads = []
+    in_process: list[float] = []
+    per_count: dict[int, list[float]] = {count: [] for count in clients}
+    loads: list[float] = []
     try:
         pool = _Clients(server.url, token, max(clients))
         for round_number in range(rounds):
