@@ -29,6 +29,8 @@ def invoke(*args: str):
     (["embed", "--corpus", str(CASES / "docs"), "--provider", "nope"], "--provider 'nope'"),
     (["embed", "--corpus", str(CASES / "docs"), "--provider", "dashscope", "--faults", "1:429"], "--faults item"),
     (["overhead", "--corpus", "/no/such/corpus"], "is not a folder"),
+    (["search", "--clients", "1,6"], "--clients needs --sample"),
+    (["search", "--sample", str(CASES / "docs"), "--clients", "one,six"], "not a list of client counts"),
 ])
 def test_a_bad_argument_is_refused_before_any_work(args, message):
     result, seconds = invoke(*args)
@@ -88,6 +90,30 @@ def test_bench_search_records_recall_and_latency_for_every_ann_setting_it_tried(
     own = next(s for s in sweep
                if (s["nprobes"], s["ef"], s["refine_factor"]) == (run["ann_nprobes"], run["ann_ef"], run["ann_refine_factor"]))
     assert own["recall@10"] == run["ann_recall@10"]
+
+
+def test_bench_search_clients_times_mcp_search_from_concurrent_sessions_beside_in_process_search(tmp_path,
+                                                                                                monkeypatch):
+    """A real `kbflow mcp --http` server and real MCP client sessions, tiny: 1 then 2 clients, 3 calls each."""
+    import kbflow.bench.mcp_clients
+
+    token = "bench-token-for-this-test-only-0123456789"
+    monkeypatch.setattr(kbflow.bench.mcp_clients.secrets, "token_urlsafe", lambda size: token)
+    out = tmp_path / "clients.json"
+    result, _ = invoke("search", "--sample", str(CASES / "docs"), "--clients", "1,2", "--calls", "3", "--rounds", "1",
+                       "--out", str(out), "--work-dir", str(tmp_path / "w"))
+    assert result.exit_code == 0, result.output
+    measured = json.loads(out.read_text())
+    assert measured["namespace_chunks"] > 0 and measured["cpu_count"] >= 1 and measured["load_avg_1m"] >= 0
+    reference = measured["in_process"]
+    assert reference["queries"] == (1 + 2) * 3 and 0 < reference["p50_ms"] < 60_000
+    rows = measured["mcp_search"]
+    assert [(row["clients"], row["queries"]) for row in rows] == [(1, 3), (2, 6)]
+    for row in rows:
+        assert 0 < row["p50_ms"] <= row["p95_ms"] <= row["p99_ms"] < 60_000
+        assert row["overhead_p50_ms"] == round(row["p50_ms"] - reference["p50_ms"], 3)
+    assert (tmp_path / "clients.png").stat().st_size > 0
+    assert token not in result.output and token not in out.read_text()  # the run's token stays secret
 
 
 def test_bench_chunk_measures_an_update_that_reuses_the_unchanged_sections_plans(tmp_path):

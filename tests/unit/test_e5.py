@@ -117,3 +117,40 @@ def test_bf16_only_where_it_is_fast(engine):
 def test_unknown_precision_is_refused():
     with pytest.raises(ConfigError, match="precision"):
         E5SmallEmbedder("fp16")
+
+
+def test_a_query_runs_on_one_thread_beside_a_batch_without_changing_other_threads(e5):
+    """A search's query is neither queued behind an ingest's forward pass (the encode lock) nor split over threads;
+    the thread setting it changes is its own thread's, restored after."""
+    import threading
+
+    import torch
+
+    from kbflow.embed.base import one_torch_thread
+
+    torch.set_num_threads(2)
+    seen, started, window = {}, threading.Event(), threading.Event()
+
+    def ingest_thread() -> None:  # a thread already running torch work (an ingest's) while a query runs
+        torch.get_num_threads()
+        started.set()
+        window.wait(60)
+        seen["other thread"] = torch.get_num_threads()
+
+    other = threading.Thread(target=ingest_thread)
+    other.start()
+    started.wait(60)
+    with one_torch_thread():
+        seen["inside"] = torch.get_num_threads()
+        window.set()
+        other.join(60)
+    assert seen == {"inside": 1, "other thread": 2} and torch.get_num_threads() == 2
+
+    expected = e5.embed_query("how do I restore a backup")
+    with e5._encode_lock:  # an ingest's batch holds the lock: the query does not wait for it
+        vectors = {}
+        query = threading.Thread(target=lambda: vectors.setdefault("query", e5.embed_query("how do I restore a backup")))
+        query.start()
+        query.join(timeout=60)
+        assert "query" in vectors
+    assert np.allclose(vectors["query"], expected, atol=1e-5) and torch.get_num_threads() == 2

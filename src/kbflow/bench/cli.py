@@ -130,13 +130,43 @@ def bench_search(
                                          "searched on local disk, in the bucket directly (--slow-queries queries) "
                                          "and in the bucket through the local copy searches keep; credentials and "
                                          "endpoint from the AWS environment."),
+    clients: Optional[str] = typer.Option(None, "--clients", help="With --sample: client counts, comma-separated "
+                                          "(e.g. 1,6): a real `kbflow mcp --http` server, that many MCP sessions "
+                                          "calling search at once, round trip p50/p95/p99 per count beside "
+                                          "KnowledgeBase.search in process (kbflow.bench.mcp_clients)."),
+    calls: int = typer.Option(10, "--calls", min=1, help="With --clients: search calls per client per round."),
+    rounds: int = typer.Option(3, "--rounds", min=1, help="With --clients: rounds, each timing in-process search "
+                               "and every client count in turn."),
     config: Optional[Path] = ConfigOpt,
     as_json: bool = JsonOpt,
 ) -> None:
     """Index build time, latency p50/p95/p99 and QPS per mode and store, ANN recall@10 vs exact, per table size;
-    with --sample, what one warm search costs through KnowledgeBase and where the time goes."""
+    with --sample, what one warm search costs through KnowledgeBase and where the time goes; with --sample and
+    --clients, MCP search over HTTP with several clients at once."""
     from kbflow.bench.search import bench_search as run_bench
 
+    if clients is not None:
+        if sample is None:
+            raise typer.BadParameter("--clients needs --sample (the folder the server searches)",
+                                     param_hint="--clients")
+        try:
+            counts = [int(part) for part in clients.split(",") if part.strip()]
+        except ValueError:
+            counts = []
+        if not counts or min(counts) < 1:
+            raise typer.BadParameter(f"{clients!r} is not a list of client counts such as 1,6", param_hint="--clients")
+        from kbflow.bench.mcp_clients import bench_mcp_clients
+
+        def show_clients(result: dict) -> None:
+            out.print(f"KnowledgeBase.search in process: p50 {result['in_process']['p50_ms']} ms; load average "
+                      f"{result['load_avg_1m']} on {result['cpu_count']} cores", highlight=False)
+            for row in result["mcp_search"]:
+                out.print(f"{row['clients']} client(s): MCP search p50 {row['p50_ms']} ms, p95 {row['p95_ms']} ms, "
+                          f"p99 {row['p99_ms']} ms ({row['queries']} calls)", highlight=False)
+
+        run_and_report(lambda: bench_mcp_clients(sample, out_file, counts, calls, rounds, work_dir, config), as_json,
+                       show_clients, out_file)
+        return
     if sample is not None:
         from kbflow.bench.warm_search import bench_warm
 

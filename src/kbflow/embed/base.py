@@ -8,12 +8,15 @@ passage: ``embed_documents`` (alias ``embed_passages``) for what goes into the s
 
 from __future__ import annotations
 
-from typing import Protocol
+from contextlib import contextmanager
+from typing import Iterator, Protocol
 
 import numpy as np
 
 from kbflow.errors import EmbeddingError
 from kbflow.chunk.tokens import TokenCounter
+
+QUERY_PASS_TEXTS = 8  # up to this many queries in one pass run on one thread (an agentic ask's searches)
 
 
 class Embedder(Protocol):
@@ -125,3 +128,25 @@ class BaseEmbedder:
                     f"text #{index} of the batch has {n + counter.special_tokens} tokens, over {self.model_id}'s limit "
                     f"of {self.max_tokens}; it would be truncated. Lower chunking.chunk_tokens (starts {texts[index][:60]!r})"
                 )
+
+
+@contextmanager
+def one_torch_thread() -> Iterator[None]:
+    """Run the torch work inside on one thread, for the calling thread only, and restore its setting after.
+
+    For query-sized passes: splitting a ~10-token forward pass over threads gains little when the cores are idle
+    and costs several times its length when they are not, since each pass then waits for its other thread to be
+    scheduled (`kbflow bench search --sample --clients` measures a served search). torch with OpenMP keeps this
+    setting per calling thread, so an ingest's batches on a thread already running keep all of theirs; only a
+    thread whose first torch call falls inside this block starts on one thread too (tests/unit/test_e5.py)."""
+    import torch
+
+    previous = torch.get_num_threads()
+    if previous == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)

