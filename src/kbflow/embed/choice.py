@@ -31,7 +31,7 @@ def for_namespace(config: EmbedderConfig, meta: dict | None) -> EmbedderConfig:
                           "(embedder.backend, embedder.model, embedder.dimension, ...)")
     update = {}
     if backend == "e5":
-        update["precision"] = "bf16" if meta["model_id"].startswith("e5small-torch-bf16") else "fp32"
+        update["precision"] = meta["model_id"].split(":", 1)[0].rsplit("-", 1)[1]  # e5small-<engine>-<precision>
     return _as_backend(config, backend, update)
 
 

