@@ -23,6 +23,9 @@ Precisions (part of the ``model_id``):
 * ``fp32`` (default): any CPU.
 * ``bf16``: bfloat16 matrix products, only where the CPU has AMX tiles (``bf16_is_fast``: Intel Sapphire Rapids
   and later); elsewhere bf16 is slower than fp32, so it is refused there.
+* ``int8``: the same dequantised weights converted once to a CTranslate2 int8 model (``kbflow.embed.e5_int8``,
+  the ``e5-int8`` extra): int8 weights per output row, activations quantised per token, so a text's vector does
+  not depend on the texts batched with it (each text is padded to a width fixed by its own length).
 
 onnxruntime's dynamic int8 is not offered: its per-tensor activation scale makes a text's vector depend on the
 texts batched with it. Speeds and agreement of each precision, measured: docs/embedding.md (the e5 backend).
