@@ -134,7 +134,7 @@ def damage(folder: Path) -> str | None:
     return None
 
 
-def ensure_model(model_loader, weights_sha256: str, cache_dir: Path | None = None) -> Path:
+def ensure_model(model_loader, weights_sha256: str, cache_dir: str | Path | None = None) -> Path:
     """The converted model's folder for these weights, converted on first use and rebuilt if damaged.
     ``model_loader()`` gives the ``Q4Model`` (read only when a conversion is needed)."""
     cache_dir = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
