@@ -58,7 +58,6 @@ def cosine_stats(corpus: Path, limit: int, work: Path) -> dict:
 def ndcg(beir: Path, precision: str, work: Path) -> dict:
     config = work / f"e5-{precision}.yaml"
     config.write_text(f"embedder:\n  backend: e5\n  precision: {precision}\n", encoding="utf-8")
-    started = time.perf_counter()
     kbflow = Path(sys.executable).with_name("kbflow")
     run = subprocess.run([str(kbflow), "eval", "--beir", str(beir), "-c", str(config), "--json"],
                          capture_output=True, text=True, check=True)
