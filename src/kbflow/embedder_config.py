@@ -130,7 +130,7 @@ class E5Embedder(_Threads, _Embedder):
     backend: Literal["e5"] = Field(description=BACKEND_HELP)
     precision: Literal["fp32", "bf16", "int8"] = Field(
         "fp32", description="'fp32' (any CPU), 'bf16' (twice as fast, only on CPUs with AMX) or 'int8' "
-        "(CTranslate2, the e5-int8 extra: 2-3x fp32's speed, cosine >= 0.99 to fp32, nDCG@10 within about a point). "
+        "(CTranslate2, the e5-int8 extra: ~1.35x fp32's speed on 2 cores, cosine >= 0.99 to fp32, nDCG@10 within about a point). "
         "Each is its own model id.")
     int8_cache_dir: str | None = Field(
         None, description="precision int8: where the converted model is kept, keyed by the weights' sha256. "
