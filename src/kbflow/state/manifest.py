@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kbflow.errors import ModelMismatchError
-from kbflow.model_ids import backend_of_model
+from kbflow.model_ids import backend_of_model, precision_of_model
 from kbflow.schemas import MANIFEST
 from kbflow.state.files import LOCK_NAME, META_KEYS, read_json, read_parquet
 from kbflow.state.snapshots import write_table
@@ -47,9 +47,12 @@ class NamespaceState:
         """A namespace keeps one model for life; using another is an error, never padding or cutting vectors."""
         meta = self.meta()
         if meta and (meta["model_id"] != model_id or meta["dimension"] != dimension):
-            backend = backend_of_model(meta["model_id"])
+            backend, precision = backend_of_model(meta["model_id"]), precision_of_model(meta["model_id"])
             hint = (f"set embedder.backend: {backend} in the config (or KBFLOW__EMBEDDER__BACKEND={backend}), "
                     if backend else "configure the namespace's model, ")
+            if precision:  # the same e5 weights at another precision: the backend alone does not fix it
+                hint = (f"set embedder.backend: e5 and embedder.precision: {precision} in the config "
+                        f"(or KBFLOW__EMBEDDER__PRECISION={precision}), ")
             raise ModelMismatchError(
                 f"namespace {self.namespace!r} holds vectors of {meta['model_id']} (dim {meta['dimension']}), "
                 f"but the configured embedder is {model_id} (dim {dimension}); {hint}move it to the configured "
