@@ -213,7 +213,10 @@ def migrate_flat_keys(section: object, where: str = "embedder",
         return section, []  # validation names the unknown backend
     moves: list[tuple[str, str]] = []
     connection = dict(section.get("connection") or {})
-    for key in [key for key in section if key not in model.model_fields and key in OLD_FLAT_KEYS]:
+    # a key of the old flat section, or of the auto section (a file written for auto, its backend set by the
+    # environment or a flag), that the chosen backend does not read
+    droppable = set(OLD_FLAT_KEYS) | set(AutoEmbedder.model_fields)
+    for key in [key for key in section if key not in model.model_fields and key in droppable]:
         value = section.pop(key)
         if key in ("query_prefix", "passage_prefix") and value is not None:
             raise ConfigError(f"{where}.backend {section['backend']!r} {FIXED_PREFIXES[section['backend']]}; "

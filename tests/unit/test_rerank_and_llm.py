@@ -12,7 +12,6 @@ from kbflow.search import fusion
 from kbflow.search.llm import ChatClient, LlmNotConfigured
 from kbflow.search.rerank import CrossEncoderReranker, DashScopeReranker, get_reranker
 from kbflow.stores import Hit
-from kbflow.testing.fake_services import DASHSCOPE_RERANK as RERANK_PATH
 from kbflow.testing.fake_services import FakeServices, overlap_score
 
 PASSAGES = ["备份数据库的命令是 pg_dump", "the tar archive format", "恢复时先停止服务器", "ssh remote login"]
