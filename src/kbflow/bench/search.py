@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kbflow.bench.common import corpus_dir
+from kbflow.bench.results import panels
 from kbflow.config import load_config
 from kbflow.embed import get_embedder
 from kbflow.convert.objects import is_url
@@ -376,26 +377,18 @@ def plot_search(result: dict, path: Path) -> Path:
 
 def plot_bucket(result: dict, path: Path) -> Path:
     """p50 (bar to p95) per mode: local disk, the bucket through its local copy, the bucket read directly."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     runs = result["runs"]
-    figure, axes = plt.subplots(1, len(runs), figsize=(5 * len(runs), 4), squeeze=False)
-    for axis, run in zip(axes[0], runs):
-        modes = list(run["local"])
-        for offset, where in enumerate(("local", "bucket_mirrored", "bucket_direct")):
-            values = [run[where].get(mode, {}).get("p50_ms", 0) for mode in modes]
-            tops = [run[where].get(mode, {}).get("p95_ms", 0) - v for mode, v in zip(modes, values)]
-            axis.bar(np.arange(len(modes)) + offset * 0.27, values, 0.27, yerr=[np.zeros(len(tops)), tops], capsize=2,
-                     label=where.replace("_", " "))
-        axis.set_xticks(np.arange(len(modes)) + 0.27, modes)
-        axis.set_yscale("log")
-        axis.set_ylabel("ms per query (p50, bar to p95)")
-        axis.set_title(f"LanceDB {run['rows']:,} rows: local vs bucket")
-        axis.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    with panels(path, columns=len(runs), size=(5 * len(runs), 4)) as (_, axes):
+        for axis, run in zip(np.atleast_1d(axes), runs):
+            modes = list(run["local"])
+            for offset, where in enumerate(("local", "bucket_mirrored", "bucket_direct")):
+                values = [run[where].get(mode, {}).get("p50_ms", 0) for mode in modes]
+                tops = [run[where].get(mode, {}).get("p95_ms", 0) - v for mode, v in zip(modes, values)]
+                axis.bar(np.arange(len(modes)) + offset * 0.27, values, 0.27, yerr=[np.zeros(len(tops)), tops],
+                         capsize=2, label=where.replace("_", " "))
+            axis.set_xticks(np.arange(len(modes)) + 0.27, modes)
+            axis.set_yscale("log")
+            axis.set_ylabel("ms per query (p50, bar to p95)")
+            axis.set_title(f"LanceDB {run['rows']:,} rows: local vs bucket")
+            axis.legend(fontsize=8)
     return path
