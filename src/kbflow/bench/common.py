@@ -3,6 +3,8 @@ peak memory, an ingest phase's line in a result, and the comparison of an update
 
 from __future__ import annotations
 
+import os
+import platform
 import resource
 import tarfile
 from pathlib import Path
@@ -41,6 +43,25 @@ def corpus_dir(corpus: Path, into: Path) -> Path:
 def peak_rss_mb() -> float:
     """This process's peak resident memory so far, in MB (Linux reports ru_maxrss in KB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile")  # what decides a model's speed
+
+
+def machine() -> dict:
+    """The cores a result was measured on: CPU model, logical CPUs, the instruction-set flags that matter for
+    inference (from /proc/cpuinfo on Linux), and the 1-minute load average now."""
+    model, flags = platform.processor() or platform.machine(), set()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                model = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+    return {"cpu": model, "cpu_count": os.cpu_count(), "cpu_flags": [f for f in CPU_FLAGS if f in flags],
+            "load_avg_1m": round(os.getloadavg()[0], 2)}
 
 
 def phase_row(name: str, wall: float, summary: dict, peak_rss_mb: float | None) -> dict:
