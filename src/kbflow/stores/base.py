@@ -77,9 +77,11 @@ class Store(Protocol):
     def stats(self) -> dict:
         """rows, documents, bytes on disk and index state."""
 
-    def refresh_indexes(self, force_vector: bool = False, skip_vector: bool = False) -> dict:
+    def refresh_indexes(self, force_vector: bool = False, skip_vector: bool = False,
+                        between_batches: bool = False) -> dict:
         """Build or update the indexes the table's size calls for; returns what was done. ``skip_vector``: not the
-        vector index (stores that build one on writes do so after an ingest's last batch, not during it)."""
+        vector index (stores that build one on writes do so after an ingest's last batch, not during it);
+        ``between_batches``: a write's own refresh, which may leave some rows for the end of the run."""
 
     def rows(self, columns: list[str] | None = None) -> pa.Table:
         """Every row sorted by chunk id (verification and tests)."""

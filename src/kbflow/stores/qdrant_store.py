@@ -214,7 +214,8 @@ class QdrantStore:
             written += len(points)
         return ids, written
 
-    def refresh_indexes(self, force_vector: bool = False, skip_vector: bool = False) -> dict:
+    def refresh_indexes(self, force_vector: bool = False, skip_vector: bool = False,
+                        between_batches: bool = False) -> dict:
         """Nothing to do: a Qdrant server maintains its HNSW and sparse indexes itself; local mode has none."""
         return {}
 
