@@ -32,7 +32,7 @@ def collect(sets: list[Path], backends: list[str], work: Path, depth: int, max_q
     from kbflow.config import load_config
     from kbflow.evaluate import eval_beir, load_beir
     from kbflow.search.searcher import Searcher, candidate_lists, embed_query
-    from kbflow.search.tokens import words
+    from kbflow.search.tokens import TOKENIZER_VERSION
 
     for backend in backends:
         os.environ["KBFLOW__EMBEDDER__BACKEND"] = backend
@@ -45,10 +45,10 @@ def collect(sets: list[Path], backends: list[str], work: Path, depth: int, max_q
                     collected.update(data=name, namespace="eval-" + "".join(
                         c if c.isalnum() else "-" for c in folder.name)[:40], corpus_sha256=_corpus_sha256(folder))
                     target.write_text(json.dumps(collected), encoding="utf-8")
-                if "bm25_stem" not in next(iter(collected["queries"].values())):
-                    _add_stemmed(collected, work, load_beir(folder)[1], depth)
+                if collected.get("stem_version") != TOKENIZER_VERSION:
+                    _add_bm25_lists(collected, work, load_beir(folder)[1], depth)
                     target.write_text(json.dumps(collected), encoding="utf-8")
-                    print(f"{name}: stemmed BM25 added", flush=True)
+                    print(f"{name}: BM25 lists (words, terms) recomputed", flush=True)
                 print(f"{name}: already collected", flush=True)
                 continue
             twin = _same_corpus(folder, backend, work)
@@ -68,8 +68,9 @@ def collect(sets: list[Path], backends: list[str], work: Path, depth: int, max_q
             runs = {}
             for query_id in sorted(qrels)[:max_queries] if max_queries else sorted(qrels):
                 text = queries[query_id]
-                lists = candidate_lists(searcher.store, lambda: embed_query(searcher.embedder, text), words(text),
-                                        depth)
+                # the vector list from the store; both BM25 lists come from _add_bm25_lists' own indexes
+                lists = candidate_lists(searcher.store, lambda: embed_query(searcher.embedder, text),
+                                        searcher.terms(text), depth)
                 runs[query_id] = {kind: [[hit.chunk_id, hit.doc_id, float(hit.score)] for hit in hits]
                                   for kind, hits in lists.items()}
             doc_ids = _doc_ids_of(searcher, corpus)
@@ -77,7 +78,7 @@ def collect(sets: list[Path], backends: list[str], work: Path, depth: int, max_q
                          "queries": runs, "qrels": {q: qrels[q] for q in runs}, "doc_ids": doc_ids,
                          "eval_vector": result["metrics"], "data": data_dir.name, "namespace": namespace,
                          "corpus_sha256": _corpus_sha256(folder)}
-            _add_stemmed(collected, work, queries, depth)
+            _add_bm25_lists(collected, work, queries, depth)
             target.write_text(json.dumps(collected), encoding="utf-8")
             print(f"{name}: {len(runs)} queries, vector nDCG@10 {result['metrics']['ndcg@10']:.4f}", flush=True)
 
@@ -98,28 +99,36 @@ def _same_corpus(folder: Path, backend: str, work: Path) -> dict | None:
     return None
 
 
-def _add_stemmed(collected: dict, work: Path, queries: dict, depth: int) -> None:
-    """Each query's BM25 list from a full-text index over the same stored words with LanceDB's English stemmer
-    and stop words (Chinese words pass through the English stemmer unchanged), saved as ``bm25_stem``."""
+def _add_bm25_lists(collected: dict, work: Path, queries: dict, depth: int) -> None:
+    """Each query's two BM25 lists over the same stored chunk texts, from full-text indexes of their own: ``bm25``
+    over plain words (``kbflow.search.tokens.words``: lower-cased, Chinese cut by jieba) and ``bm25_stem`` over
+    kbflow's BM25 terms (``terms``: English stop words left out, English words stemmed). The terms' tokenizer
+    version is recorded as ``stem_version``; a later version recomputes both lists."""
     import lancedb
+    import pyarrow as pa
 
-    from kbflow.search.tokens import words
+    from kbflow.search.tokens import TOKENIZER_VERSION, terms, words
     from kbflow.stores.lancedb_store import FTS_COLUMN
 
     data_dir = work / "data" / collected["data"]
     db = lancedb.connect(data_dir / "lancedb")
-    store_table = next(name for name in db.table_names()
+    store_table = next(name for name in db.list_tables().tables
                        if FTS_COLUMN in db.open_table(name).schema.names)
-    rows = db.open_table(store_table).to_arrow().select(["chunk_id", "doc_id", FTS_COLUMN])
-    probe = lancedb.connect(work / "stem-probe").create_table(collected["data"], rows, mode="overwrite")
-    probe.create_fts_index(FTS_COLUMN, base_tokenizer="whitespace", lower_case=False, stem=True,
-                           remove_stop_words=True, language="English", ascii_folding=False, with_position=False,
-                           replace=True)
-    for query_id, lists in collected["queries"].items():
-        terms = words(queries[query_id])
-        found = probe.search(" ".join(terms), query_type="fts", fts_columns=FTS_COLUMN).limit(depth).select(
-            ["chunk_id", "doc_id", "_score"]).to_arrow().to_pylist() if terms else []
-        lists["bm25_stem"] = [[row["chunk_id"], row["doc_id"], float(row["_score"])] for row in found]
+    rows = db.open_table(store_table).to_arrow().select(["chunk_id", "doc_id", "text"])
+    texts = rows.column("text").to_pylist()
+    for key, tokenize in (("bm25", words), ("bm25_stem", terms)):
+        table = pa.table({"chunk_id": rows.column("chunk_id"), "doc_id": rows.column("doc_id"),
+                          FTS_COLUMN: [" ".join(tokenize(text)) for text in texts]})
+        probe = lancedb.connect(work / "bm25-probe").create_table(f"{collected['data']}-{key}", table,
+                                                                  mode="overwrite")
+        probe.create_fts_index(FTS_COLUMN, base_tokenizer="whitespace", lower_case=False, stem=False,
+                               remove_stop_words=False, ascii_folding=False, with_position=False, replace=True)
+        for query_id, lists in collected["queries"].items():
+            query_terms = tokenize(queries[query_id])
+            found = probe.search(" ".join(query_terms), query_type="fts", fts_columns=FTS_COLUMN).limit(
+                depth).select(["chunk_id", "doc_id", "_score"]).to_arrow().to_pylist() if query_terms else []
+            lists[key] = [[row["chunk_id"], row["doc_id"], float(row["_score"])] for row in found]
+    collected["stem_version"] = TOKENIZER_VERSION
 
 
 def _doc_ids_of(searcher, corpus: dict) -> dict[str, str]:

@@ -34,6 +34,7 @@ from kbflow.state import heal
 from kbflow.state.files import StateDamaged
 from kbflow.state.manifest import NamespaceState
 from kbflow.schemas import MANIFEST
+from kbflow.search.tokens import stored_terms_version
 from kbflow.stores import open_store
 from kbflow.stores.factory import store_uri
 
@@ -246,5 +247,11 @@ def rewrite_meta(config: KbConfig, state: NamespaceState) -> dict:
                           "embedder.model) and run `kbflow verify --repair` again")
     model_id, dimension = embedder.model_id, embedder.dimension
     meta = {"model_id": model_id, "dimension": dimension, "created": "rebuilt-by-verify"}
+    try:  # the terms the stored rows were written with, when the manifest says so for every document
+        terms_version = stored_terms_version(state.read_manifest().column("chunker").to_pylist())
+    except StateDamaged:
+        terms_version = None
+    if terms_version is not None:
+        meta["bm25_terms"] = terms_version
     state.write_meta(meta)
     return meta

@@ -12,7 +12,9 @@ import pytest
 import yaml
 
 from kbflow import KnowledgeBase
+from kbflow.search import tokens
 from kbflow.search.tokens import words
+from kbflow.state.manifest import NamespaceState
 from tests.conftest import CASES
 from kbflow.testing.fake_services import FakeServices
 
@@ -175,6 +177,33 @@ def test_writes_reopen_the_searcher(kbs):
     kb.add_text("Zebrafish regenerate their fins.", doc_id="fish")
     assert kb.search("zebrafish", mode="bm25")[0].source_path == "text:fish"
     assert kb.stats()["chunks"] == kb.searcher.stats()["rows"]
+
+
+@pytest.mark.parametrize("kind", ["lancedb", "qdrant"])
+def test_bm25_matches_other_forms_of_a_word_in_the_terms_its_rows_were_written_with(tmp_path, kind):
+    """Stemmed terms on both stores: a question's 'connections' finds a passage's 'connecting'. A namespace whose
+    rows hold an older tokenizer's words (its record names none) is asked in plain words until an ingest has
+    rewritten every row, which records the new version."""
+    config_file = tmp_path / "kb.yaml"
+    config_file.write_text(yaml.safe_dump({"data_dir": str(tmp_path / "data"), "store": {"kind": kind}}))
+    kb = KnowledgeBase(namespace="stems", config=config_file)
+    kb.add_text("Connecting replicas: each standby streams the primary's write-ahead log.", doc_id="replicas")
+    kb.add_text("Vacuum reclaims storage occupied by dead tuples.", doc_id="vacuum")
+    state = NamespaceState(tmp_path / "data", "stems")
+    assert state.meta()["bm25_terms"] == tokens.TOKENIZER_VERSION and kb.searcher.terms is tokens.terms
+    assert [h.source_path for h in kb.search("connections to a replica", mode="bm25")] == ["text:replicas"]
+    if kind == "lancedb":  # the end of each ingest folds every row into the full-text index
+        assert kb.searcher.store.stats()["indexes"]["text_tokens"]["unindexed_rows"] == 0
+    assert kb.search("the of and is", mode="bm25") == []  # only stop words: nothing to match, no error
+    meta = state.meta()
+    del meta["bm25_terms"]  # as a namespace written before terms were recorded
+    state.write_meta(meta)
+    old = KnowledgeBase(namespace="stems", config=config_file)
+    assert old.searcher.terms is tokens.words
+    assert old.search("connections", mode="bm25") == []  # plain words do not meet the stored stems
+    old.add_text("Checkpoints flush dirty pages.", doc_id="checkpoints")  # every row now holds this version's terms
+    assert state.meta()["bm25_terms"] == tokens.TOKENIZER_VERSION
+    assert [h.source_path for h in old.search("connections", mode="bm25")] == ["text:replicas"]
 
 
 def test_eval_scores_several_modes_over_one_ingest(tmp_path):

@@ -36,11 +36,13 @@ def test_a_new_namespace_has_no_model_an_empty_manifest_and_no_run(tmp_path):
 
 def test_the_first_model_is_recorded_once_and_another_one_is_refused_with_the_fixes(tmp_path):
     state = NamespaceState(tmp_path, "docs")
-    state.record_model("model-a", 384)
+    state.record_model("model-a", 384, "terms-1")
     created = state.meta()["created"]
     assert datetime.fromisoformat(created).tzinfo is not None  # an aware UTC timestamp
-    state.record_model("model-b", 768)  # a later record never overwrites the first
-    assert state.meta() == {"model_id": "model-a", "dimension": 384, "created": created}
+    state.record_model("model-b", 768, "terms-2")  # a later record never overwrites the first
+    assert state.meta() == {"model_id": "model-a", "dimension": 384, "created": created, "bm25_terms": "terms-1"}
+    state.record_terms("terms-2")  # every row rewritten in a later tokenizer's terms: only that key moves
+    assert state.meta() == {"model_id": "model-a", "dimension": 384, "created": created, "bm25_terms": "terms-2"}
     state.check_model("model-a", 384)
     for model, dim in (("model-b", 384), ("model-a", 768)):
         with pytest.raises(ModelMismatchError) as caught:
@@ -56,7 +58,7 @@ def test_an_e5_namespace_of_another_precision_is_refused_naming_its_precision(tm
 
     state = NamespaceState(tmp_path, "docs")
     int8, fp32 = E5SmallEmbedder("int8"), E5SmallEmbedder("fp32")  # model ids only: nothing is loaded
-    state.record_model(int8.model_id, 384)
+    state.record_model(int8.model_id, 384, "v")
     with pytest.raises(ModelMismatchError, match="embedder.precision: int8") as caught:
         state.check_model(fp32.model_id, 384)
     assert f"holds vectors of {int8.model_id}" in str(caught.value)
@@ -78,7 +80,7 @@ def test_update_replaces_and_removes_whole_documents_and_keeps_the_rest_sorted_b
 
 def test_switching_the_model_moves_the_manifest_and_lists_the_old_table_as_superseded(tmp_path):
     state = NamespaceState(tmp_path, "docs")
-    state.record_model("model-a", 384)
+    state.record_model("model-a", 384, "v")
     state.update_manifest(rows(("d1", "a.md", ["c1"]), ("d2", "b.md", ["c2"])), [])
     state.switch_model("model-b", 768, "docs__model-b")
     meta = state.meta()
@@ -100,7 +102,7 @@ def test_switching_the_model_moves_the_manifest_and_lists_the_old_table_as_super
 def test_the_last_run_is_kept_and_clear_forgets_only_this_namespace(tmp_path):
     one, two = NamespaceState(tmp_path, "one"), NamespaceState(tmp_path, "two")
     for state in (one, two):
-        state.record_model("m", 8)
+        state.record_model("m", 8, "v")
     one.record_run({"run_id": "r7", "documents": {"new": 2}})
     assert one.last_run() == {"run_id": "r7", "documents": {"new": 2}}
     assert json.loads(one.last_run_path.read_text())["run_id"] == "r7"

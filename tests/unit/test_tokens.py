@@ -3,6 +3,7 @@ all-MiniLM-L6-v2's real tokenizer (whole-word tokens picked so the counts can be
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -135,3 +136,27 @@ def test_bm25_words_segment_each_distinct_block_once():
     info = bm25_tokens._block_words.cache_info()
     blocks = bm25_tokens._BLOCK.findall(text)  # 12 blocks, 8 distinct ('again.' and 'again' are two)
     assert (info.misses, info.hits) == (len(set(blocks)), len(blocks) - len(set(blocks))) == (8, 4)
+
+
+def test_bm25_terms_leave_out_english_stop_words_and_stem_english_words_only():
+    from kbflow.search.tokens import ENGLISH_STOP_WORDS, terms, words
+
+    text = "How are the connections of 备份数据库 running on v1.2 with pg_dump's indexes?"
+    found = terms(text)
+    assert found == ["connect", "备份", "数据", "据库", "数据库", "run", "v1.2", "pg", "dump", "index"]
+    assert not set(found) & ENGLISH_STOP_WORDS and {"how", "are", "the", "of", "on", "with", "s"} <= set(words(text))
+    assert terms("The Connection") == terms("connections") == terms("connecting") == ["connect"]
+
+
+def test_query_terms_follow_the_version_the_rows_were_written_with():
+    from kbflow.search.tokens import (TOKENIZER_VERSION, WORDS_VERSION, stored_terms_version, terms,
+                                      terms_function, words)
+
+    assert terms_function(None) is words and terms_function(WORDS_VERSION) is words
+    assert terms_function(TOKENIZER_VERSION) is terms
+    with pytest.raises(ValueError, match="unknown BM25 tokenizer version"):
+        terms_function("some-future-version")
+    new, old = f"chunk-v3:tokens=512:words={TOKENIZER_VERSION}", f"chunk-v3:tokens=512:words={WORDS_VERSION}"
+    assert stored_terms_version([new, new]) == TOKENIZER_VERSION and stored_terms_version([old]) == WORDS_VERSION
+    assert stored_terms_version([new, old]) is None and stored_terms_version([new, ""]) is None
+    assert stored_terms_version([]) is None

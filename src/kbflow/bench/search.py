@@ -35,7 +35,7 @@ from kbflow.convert.objects import is_url
 from kbflow.errors import ConfigError
 from kbflow.schemas import store_schema
 from kbflow.search.searcher import candidate_lists, fuse
-from kbflow.search.tokens import tokens_text, words
+from kbflow.search.tokens import terms, tokens_text
 
 SYNTH_SIGMA = 0.5
 MODES = ("vector", "vector_exact", "bm25", "hybrid")
@@ -313,7 +313,7 @@ def bench_search(corpus: Path, sizes: list[int], stores: list[str], n_real: int,
     rng = np.random.default_rng(0)
     queries = synthetic_around(real, n_queries, rng)
     query_texts = [" ".join(texts[i].split()[:6]) for i in rng.integers(0, len(texts), n_queries)]
-    query_words = [words(text) for text in query_texts]
+    query_words = [terms(text) for text in query_texts]
     runs = []
     for size in sizes:
         rows = table_rows(texts, real, size, np.random.default_rng(size))

@@ -41,7 +41,6 @@ def _timed(run, queries: list[str]) -> dict:
 def bench_warm(sample: Path, out_file: Path, work_dir: Path | None = None, config=None, rounds: int = 4) -> dict:
     from kbflow import KnowledgeBase
     from kbflow.search.searcher import candidate_lists, embed_query, fuse
-    from kbflow.search.tokens import words
 
     work = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix="kbflow-bench-warm-"))
     kb = KnowledgeBase(namespace="sample", config=config, data_dir=work / "data")
@@ -57,12 +56,12 @@ def bench_warm(sample: Path, out_file: Path, work_dir: Path | None = None, confi
     store, settings = searcher.store, searcher.config.search
     depth = settings.candidates
     vector = embed_query(searcher.embedder, QUESTIONS[0])
-    lists = candidate_lists(store, lambda: vector, words(QUESTIONS[0]), depth)
+    lists = candidate_lists(store, lambda: vector, searcher.terms(QUESTIONS[0]), depth)
     parts = {
         "query_embedding": _timed(lambda q: embed_query(searcher.embedder, q), queries),
-        "bm25_words": _timed(words, queries),
+        "bm25_terms": _timed(searcher.terms, queries),
         "vector_candidates": _timed(lambda q: store.search_vector(vector, depth), queries),
-        "bm25_candidates": _timed(lambda q: store.search_text(words(q), depth), queries),
+        "bm25_candidates": _timed(lambda q: store.search_text(searcher.terms(q), depth), queries),
         "fusion": _timed(lambda q: fuse(lists, settings), queries),
     }
     modes = {mode: _timed(lambda q, m=mode: kb.search(q, mode=m), queries) for mode in ("vector", "bm25", "hybrid")}

@@ -62,6 +62,7 @@ from kbflow.graph.llm_extract import FactCache, LlmExtractor, extractor_name
 from kbflow.graph.store import GraphStore
 from kbflow.schemas import CHUNKS, DOCUMENTS, EDGES, SECTIONS
 from kbflow.search.llm import open_chat
+from kbflow.search.tokens import TOKENIZER_VERSION, stored_terms_version
 from kbflow.state import housekeeping
 from kbflow.state.lock import namespace_lock
 from kbflow.state.manifest import NamespaceState
@@ -200,7 +201,7 @@ def _ingest(config: KbConfig, job: IngestJob, runner: StageRunner, run_id: str) 
         check_deletion_guard(plan, len(state.read_manifest()), config.flow.max_delete_fraction, job.allow_mass_delete)
         for folder in (state.root, data_dir / "runs" / namespace):  # leftovers of a killed run
             clean_temporaries(folder)
-        state.record_model(embedder.model_id, embedder.dimension)
+        state.record_model(embedder.model_id, embedder.dimension, TOKENIZER_VERSION)
         write_table(plan.table(), run.run_dir / "plan.parquet")
         failpoint("plan.written")
         run.store = open_store(config, state.store_namespace(), embedder.dimension)
@@ -229,6 +230,8 @@ def _ingest(config: KbConfig, job: IngestJob, runner: StageRunner, run_id: str) 
         if run.web is not None:  # the validators of what the store and manifest now hold
             save_web_state(_web_folder(run), run.web)
         _refresh_indexes(run)
+        if stored_terms_version(state.read_manifest().column("chunker").to_pylist()) == TOKENIZER_VERSION:
+            state.record_terms(TOKENIZER_VERSION)  # the last rows of an older tokenizer were rewritten by this run
         failpoint("run.finishing")
         write_table(failure_rows(run.failures), run.run_dir / "failures.parquet")
         run.summary.store.count = run.store.count()

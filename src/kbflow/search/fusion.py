@@ -1,5 +1,6 @@
 """Merging ranked lists of hits: reciprocal rank fusion, weighted min-max fusion, and min-max fusion whose BM25
-share is set per query by how much the BM25 list agrees with the vector list (``trusted``).
+share is set per query, by how far BM25's best hit stands out of its own list compared with the vector list's
+(``standout``, the default) or by how much the BM25 list agrees with the vector list (``trusted``).
 
 Each hit keeps its input scores in ``Hit.extra`` ("vector", "bm25") and its ranks ("vector_rank", "bm25_rank"),
 so a caller can see why a hit ranks where it does.
@@ -7,6 +8,7 @@ so a caller can see why a hit ranks where it does.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import replace
 
 from kbflow.stores.base import Hit
@@ -77,6 +79,42 @@ def trusted(lists: dict[str, list[Hit]], vector_weight: float = 0.5, floor: floa
     ``bm25_share`` (base 1 - ``vector_weight``); the shares used are in each hit's ``extra['bm25_share']``."""
     vector, bm25 = lists.get("vector", []), lists.get("bm25", [])
     share = bm25_share(vector, bm25, 1.0 - vector_weight, floor)
+    fused = weighted({"vector": vector, "bm25": bm25}, {"vector": 1.0 - share, "bm25": share})
+    for hit in fused:
+        hit.extra["bm25_share"] = round(share, 4)
+    return fused
+
+
+def standout_of(scores: list[float], top: int = 10) -> float:
+    """How far a list's best score stands out of the next ``top`` - 1, in units of the whole list's spread
+    (population standard deviation); 0 for a list shorter than 3 or with equal scores."""
+    if len(scores) < 3:
+        return 0.0
+    spread = statistics.pstdev(scores)
+    return (scores[0] - statistics.fmean(scores[1:top])) / spread if spread else 0.0
+
+
+def standout_share(vector: list[Hit], bm25: list[Hit], base: float, floor: float) -> float:
+    """BM25's share of a min-max fusion for one query: ``base`` when BM25's best hit stands out of its list at
+    least as far as the vector list's best hit does of its own, falling linearly with the ratio of the two
+    standouts to ``floor`` x ``base`` (a BM25 list whose top does not stand out at all).
+
+    Why: min-max scaling maps every list's top hit to 1.0 whatever its confidence. A BM25 list whose first scores
+    are close together matched a question's common words about equally everywhere; its top hit is a guess, and
+    at full share that guess ranks level with the vector list's best. A standout is measured in the list's own
+    units, so BM25's and cosine scores compare without calibration. A vector list that stands out by 0 (flat,
+    or too short to tell) leaves BM25 its full share."""
+    sv = standout_of([h.score for h in vector])
+    sb = standout_of([h.score for h in bm25])
+    ratio = min(1.0, max(0.0, sb / sv)) if sv > 0 else 1.0
+    return base * (floor + (1.0 - floor) * ratio)
+
+
+def standout(lists: dict[str, list[Hit]], vector_weight: float = 0.5, floor: float = 0.4) -> list[Hit]:
+    """Weighted min-max fusion of a ``vector`` and a ``bm25`` list with BM25's share set per query by
+    ``standout_share`` (base 1 - ``vector_weight``); the share used is in each hit's ``extra['bm25_share']``."""
+    vector, bm25 = lists.get("vector", []), lists.get("bm25", [])
+    share = standout_share(vector, bm25, 1.0 - vector_weight, floor)
     fused = weighted({"vector": vector, "bm25": bm25}, {"vector": 1.0 - share, "bm25": share})
     for hit in fused:
         hit.extra["bm25_share"] = round(share, 4)

@@ -22,7 +22,7 @@ from kbflow.embed.choice import for_namespace
 from kbflow.errors import ConfigError
 from kbflow.state.manifest import NamespaceState
 from kbflow.search import fusion
-from kbflow.search.tokens import words
+from kbflow.search.tokens import terms_function
 from kbflow.stores import Hit, SearchFilter, open_store
 
 MODES = ("vector", "bm25", "hybrid", "rerank", "graph")
@@ -50,6 +50,8 @@ def fuse(lists: dict[str, list[Hit]], settings) -> list[Hit]:
     """Hybrid's one ranked list from the vector and BM25 candidates, as ``search.fusion`` says."""
     if settings.fusion == "rrf":
         return fusion.rrf(lists, settings.rrf_k)
+    if settings.fusion == "standout":
+        return fusion.standout(lists, settings.vector_weight, settings.bm25_floor)
     if settings.fusion == "trusted":
         return fusion.trusted(lists, settings.vector_weight, settings.bm25_floor)
     return fusion.weighted(lists, {"vector": settings.vector_weight, "bm25": 1 - settings.vector_weight})
@@ -64,6 +66,8 @@ class Searcher:
         # reads the model's config files; weights load on first query
         self.embedder = get_embedder(for_namespace(config.embedder, meta))
         self.store = None
+        # a query's BM25 terms in the version the namespace's rows hold (an upgrade's next ingest rewrites them)
+        self.terms = terms_function((meta or {}).get("bm25_terms"))
         if meta is not None:
             self.state.check_model(self.embedder.model_id, self.embedder.dimension)
             self.store = open_store(config, self.state.store_namespace(), self.embedder.dimension, for_search=True)
@@ -147,7 +151,7 @@ class Searcher:
             return self.store.search_vector(embed_query(self.embedder, vector_text), limit, where)
         bm25_text = query if vector_text == query else f"{query}\n{vector_text}"
         if mode == "bm25":
-            return self.store.search_text(words(bm25_text), limit, where)
+            return self.store.search_text(self.terms(bm25_text), limit, where)
         depth = max(settings.candidates, limit, settings.rerank.candidates if mode == "rerank" else 0)
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kbflow-bm25")
@@ -157,7 +161,7 @@ class Searcher:
             vectors.append(embed_query(self.embedder, vector_text))
             return vectors[-1]
 
-        lists = candidate_lists(self.store, query_vector, words(bm25_text), depth, where, self._pool)
+        lists = candidate_lists(self.store, query_vector, self.terms(bm25_text), depth, where, self._pool)
         fused = fuse(lists, settings)
         if mode == "hybrid":
             return fused

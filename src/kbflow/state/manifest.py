@@ -82,10 +82,18 @@ class NamespaceState:
         self.write_meta({**meta, "model_id": model_id, "dimension": dimension, "store_namespace": store_namespace,
                          "superseded": superseded})
 
-    def record_model(self, model_id: str, dimension: int) -> None:
+    def record_model(self, model_id: str, dimension: int, bm25_terms: str) -> None:
+        """A new namespace's record: its model, and the BM25 tokenizer version all its rows will be written with."""
         if self.meta() is None:
             created = datetime.now(timezone.utc).isoformat()
-            _write_json(self.meta_path, {"model_id": model_id, "dimension": dimension, "created": created})
+            _write_json(self.meta_path, {"model_id": model_id, "dimension": dimension, "created": created,
+                                         "bm25_terms": bm25_terms})
+
+    def record_terms(self, version: str) -> None:
+        """Every stored row's BM25 terms are now of tokenizer ``version``: searches ask in its terms."""
+        meta = self.meta() or {}
+        if meta and meta.get("bm25_terms") != version:
+            self.write_meta({**meta, "bm25_terms": version})
 
     # -- manifest -------------------------------------------------------------
     def read_manifest(self) -> pa.Table:
