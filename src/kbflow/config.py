@@ -289,19 +289,20 @@ class SearchConfig(_Section):
         "hybrid", description="Default search mode. Hybrid (vector + BM25, merged as search.fusion says) stays close "
         "to the better of its two inputs on every measured set and is often above it (figures per mode and set: "
         "docs/retrieval.md).")
-    fusion: Literal["standout", "weighted", "trusted", "rrf"] = Field(
-        "standout", description="How hybrid merges vector and BM25 candidates: 'standout' (the default) a "
-        "min-max-scaled sum whose BM25 share is lowered per query when BM25's best hit stands out of its own list "
-        "less than the vector list's best does of its own (down to bm25_floor of the share); 'weighted' the same "
-        "sum at fixed shares; 'trusted' the sum with BM25's share lowered when its first ten hits share few chunks "
-        "with the vector list's; 'rrf' reciprocal rank fusion. Chosen by leave-one-set-out over nine dev set x "
-        "model pairs, never below the better of its inputs on any (docs/retrieval.md).")
-    bm25_floor: float = Field(0.4, ge=0, le=1, description="Standout and trusted fusion: the part of BM25's share "
-                              "it keeps when its list shows no confidence (standout: its best hit does not stand "
-                              "out; trusted: its first ten hits share no chunk with the vector list's).")
+    fusion: Literal["trusted", "standout", "weighted", "rrf"] = Field(
+        "trusted", description="How hybrid merges vector and BM25 candidates: 'trusted' (the default) a "
+        "min-max-scaled sum whose BM25 share is lowered per query when BM25's first ten hits share few chunks with "
+        "the vector list's (down to bm25_floor of the share with none in common); 'standout' the sum with BM25's "
+        "share lowered when its best hit stands out of its list less than the vector list's best does; 'weighted' "
+        "the sum at fixed shares; 'rrf' reciprocal rank fusion. Chosen by leave-one-set-out over nine dev set x "
+        "model pairs, above the better of its inputs on every one (docs/retrieval.md).")
+    bm25_floor: float = Field(0.8, ge=0, le=1, description="Trusted and standout fusion: the part of BM25's share "
+                              "it keeps when its list shows no confidence (trusted: its first ten hits share no "
+                              "chunk with the vector list's, full share from three in common; standout: its best "
+                              "hit does not stand out of its list).")
     rrf_k: int = Field(60, ge=1, description="RRF constant: score = sum of 1/(rrf_k + rank).")
     vector_weight: float = Field(0.5, ge=0, le=1, description="Weighted, standout and trusted fusion: share of the "
-                                 "min-max-scaled vector score; BM25 gets the rest (standout and trusted lower BM25's "
+                                 "min-max-scaled vector score; BM25 gets the rest (trusted and standout lower BM25's "
                                  "share per query from there). 0.5: equal shares, because a weight fitted to one kind of "
                                  "question set does not carry over to others (docs/retrieval.md).")
     candidates: int = Field(50, ge=1, le=2000, description="Candidates fetched from each of vector and BM25 for hybrid.")

@@ -102,13 +102,23 @@ def test_the_standout_share_falls_linearly_with_the_ratio_of_standouts():
     assert fusion.standout_share([], bm25, 0.6, 0.0) == pytest.approx(0.6)  # no vector standout to compare with
 
 
-def test_search_fusion_standout_is_the_default_hybrid_uses():
+def test_search_fusion_standout_is_what_hybrid_uses_when_configured():
     from kbflow.config import SearchConfig
     from kbflow.search.searcher import fuse
 
     vector = hits(("v0", 0.9), *((f"v{i}", 0.5 - 0.01 * i) for i in range(1, 12)))
     flat = hits(*((f"b{i}", 7.0) for i in range(11)), ("b11", 6.0))
-    settings = SearchConfig()
-    assert settings.fusion == "standout" and settings.bm25_floor == 0.4
-    fused = fuse({"vector": vector, "bm25": flat}, settings)
+    fused = fuse({"vector": vector, "bm25": flat}, SearchConfig(fusion="standout", bm25_floor=0.4))
     assert fused[0].chunk_id == "v0" and fused[0].extra["bm25_share"] == pytest.approx(0.2)
+
+
+def test_the_default_hybrid_is_trusted_fusion_at_floor_0_8():
+    """The default chosen by the fusion study (docs/retrieval.md): BM25 disjoint from the vector list keeps 0.8
+    of its half share."""
+    from kbflow.config import SearchConfig
+    from kbflow.search.searcher import fuse
+
+    settings = SearchConfig()
+    assert (settings.fusion, settings.bm25_floor, settings.vector_weight) == ("trusted", 0.8, 0.5)
+    fused = fuse({"vector": ranked(10, "v", 10.0), "bm25": ranked(10, "b", 30.0)}, settings)
+    assert fused[0].extra["bm25_share"] == pytest.approx(0.5 * 0.8)

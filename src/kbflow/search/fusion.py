@@ -1,6 +1,6 @@
 """Merging ranked lists of hits: reciprocal rank fusion, weighted min-max fusion, and min-max fusion whose BM25
-share is set per query, by how far BM25's best hit stands out of its own list compared with the vector list's
-(``standout``, the default) or by how much the BM25 list agrees with the vector list (``trusted``).
+share is set per query, by how much the BM25 list agrees with the vector list (``trusted``, the default) or by how
+far BM25's best hit stands out of its own list compared with the vector list's (``standout``).
 
 Each hit keeps its input scores in ``Hit.extra`` ("vector", "bm25") and its ranks ("vector_rank", "bm25_rank"),
 so a caller can see why a hit ranks where it does.
