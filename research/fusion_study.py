@@ -298,6 +298,42 @@ def study(work: Path, out: Path, depth: int, holdout: list[str] | None = None) -
     return result
 
 
+def two_dense(first: Path, second: Path, out: Path, depth: int) -> dict:
+    """Two dense models and BM25 fused for one set (two collects of it, each model's own chunking): documents
+    ranked by their best chunk in each list, each list min-max scaled, summed with the weights below; BM25 is
+    the first collect's ``bm25_stem``. Documents, not chunks: the two models cut different chunks."""
+    a, b = json.loads(first.read_text()), json.loads(second.read_text())
+
+    def best_docs(collected: dict, hits: list) -> dict[str, float]:
+        found: dict[str, float] = {}
+        for _chunk, doc, value in hits[:depth]:
+            found.setdefault(collected["doc_ids"].get(doc, doc), value)
+        return found
+
+    def scaled(scores: dict[str, float]) -> dict[str, float]:
+        return dict(zip(scores, _min_max(list(scores.values()))))
+
+    weights = {"first vector": (1, 0, 0), "second vector": (0, 1, 0), "bm25 terms": (0, 0, 1),
+               "first + second, 0.5 each": (0.5, 0.5, 0), "first + bm25 terms, 0.5 each": (0.5, 0, 0.5),
+               "first + second + bm25 terms, 1/3 each": (1 / 3, 1 / 3, 1 / 3),
+               "first 0.35 + second 0.35 + bm25 terms 0.3": (0.35, 0.35, 0.3)}
+    result: dict = {"set": a["set"], "first": a["model_id"], "second": b["model_id"], "depth": depth, "ndcg@10": {}}
+    for name, weight in weights.items():
+        values = []
+        for query_id, lists in a["queries"].items():
+            inputs = [scaled(best_docs(a, lists["vector"])), scaled(best_docs(b, b["queries"][query_id]["vector"])),
+                      scaled(best_docs(a, lists["bm25_stem"]))]
+            fused: dict[str, float] = {}
+            for share, scores in zip(weight, inputs):
+                for doc, value in scores.items():
+                    fused[doc] = fused.get(doc, 0.0) + share * value
+            values.append(ndcg10(sorted(fused, key=lambda doc: -fused[doc]), a["qrels"][query_id]))
+        result["ndcg@10"][name] = round(statistics.fmean(values), 4)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2), encoding="utf-8")
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -313,9 +349,16 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--depth", type=int, default=50)
     s.add_argument("--holdout", action="append", default=[],
                    help="a set (its name) that takes part in no choice, scored only with what the others chose")
+    t = sub.add_parser("two-dense", help="two dense models and BM25 fused on one set (two collects of it)")
+    t.add_argument("first", type=Path)
+    t.add_argument("second", type=Path)
+    t.add_argument("--out", type=Path, required=True)
+    t.add_argument("--depth", type=int, default=50)
     args = parser.parse_args(argv)
     if args.command == "collect":
         collect(args.beir, args.backend, args.work, args.depth, args.max_queries)
+    elif args.command == "two-dense":
+        print(json.dumps(two_dense(args.first, args.second, args.out, args.depth)["ndcg@10"], indent=2))
     else:
         result = study(args.work, args.out, args.depth, args.holdout)
         print(json.dumps({k: result[k] for k in ("leave_one_set_out", "chosen_on_all", "margins_of_chosen")}, indent=2))
