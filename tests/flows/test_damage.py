@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from kbflow import api
+from kbflow.search.tokens import TOKENIZER_VERSION
 from kbflow.state.files import StateDamaged
+from kbflow.state.manifest import NamespaceState
 
 DOCS = 4  # tests/cases/docs
 STORES = ("lancedb", "qdrant")
@@ -148,6 +150,8 @@ def test_damage_is_named_found_healed_and_restored_with_nothing_embedded(built, 
 
     repaired = api.verify("default", config, data, repair=True)
     assert repaired["repaired"] and what in repaired["repaired"], repaired
+    # a rewritten model record names the BM25 terms the rows hold (from the manifest), so searches ask in them
+    assert NamespaceState(data, "default").meta()["bm25_terms"] == TOKENIZER_VERSION
     healed = api.verify("default", config, data)
     assert healed["ok"] and healed["counts"]["cached_of_stored"] == healed["counts"]["store_rows"], healed
     texts_before = counting.texts_embedded
