@@ -70,15 +70,18 @@ def weighted_by_hand(scored: dict[str, list[tuple[str, float]]], weights: dict[s
     return scores
 
 
-@pytest.mark.parametrize("fusion_kind", ["weighted", "rrf"])
+@pytest.mark.parametrize("fusion_kind", ["trusted", "weighted", "rrf"])
 def test_hybrid_fuses_its_inputs(kb, fusion_kind):
-    """The default (weighted min-max, vector 0.5) and RRF (k=60), through the searcher as users call it; the
-    expected scores are computed here from the two input lists, with the formulas written out above."""
+    """The default (trusted: min-max at equal shares, BM25's share 0.8 of its half when its first ten hits share
+    no chunk with the vector list's, full from three in common), weighted min-max (vector 0.5) and RRF (k=60),
+    through the searcher as users call it; the expected scores are computed here from the two input lists, with
+    the formulas written out above."""
     query = "restore the server from backups"
     searcher = kb.searcher
     default = searcher.config
     settings = default.search
-    assert (settings.mode, settings.fusion, settings.vector_weight) == ("hybrid", "weighted", 0.5)
+    assert (settings.mode, settings.fusion, settings.vector_weight, settings.bm25_floor) == \
+        ("hybrid", "trusted", 0.5, 0.8)
     assert (settings.rrf_k, settings.candidates) == (60, 50)
     searcher.config = default.model_copy(update={"search": settings.model_copy(update={"fusion": fusion_kind})})
     try:
@@ -91,8 +94,13 @@ def test_hybrid_fuses_its_inputs(kb, fusion_kind):
     if fusion_kind == "rrf":
         by_hand = rrf_by_hand({"vector": [h.chunk_id for h in vector], "bm25": [h.chunk_id for h in bm25]}, k=60)
     else:
+        share = 0.5
+        if fusion_kind == "trusted":
+            common = len({h.chunk_id for h in vector[:10]} & {h.chunk_id for h in bm25[:10]})
+            share = 0.5 * (0.8 + 0.2 * min(1.0, common / 3))
         by_hand = weighted_by_hand({"vector": [(h.chunk_id, h.score) for h in vector],
-                                    "bm25": [(h.chunk_id, h.score) for h in bm25]}, {"vector": 0.5, "bm25": 0.5})
+                                    "bm25": [(h.chunk_id, h.score) for h in bm25]},
+                                   {"vector": 1 - share, "bm25": share})
     assert len({h.chunk_id for h in hybrid}) == len(hybrid) == min(5, len(by_hand))
     for hit in hybrid:  # every returned hit carries the score its inputs give it
         assert hit.score == pytest.approx(by_hand[hit.chunk_id]), hit.chunk_id
