@@ -12,7 +12,9 @@ import pytest
 import yaml
 
 from kbflow import KnowledgeBase
+from kbflow.config import load_config
 from kbflow.search import tokens
+from kbflow.search.searcher import Searcher
 from kbflow.search.tokens import words
 from kbflow.state.manifest import NamespaceState
 from tests.conftest import CASES
@@ -206,12 +208,14 @@ def test_bm25_matches_other_forms_of_a_word_in_the_terms_its_rows_were_written_w
     meta = state.meta()
     del meta["bm25_terms"]  # as a namespace written before terms were recorded
     state.write_meta(meta)
-    old = KnowledgeBase(namespace="stems", config=config_file)
-    assert old.searcher.terms is tokens.words
-    assert old.search("connections", mode="bm25") == []  # plain words do not meet the stored stems
-    old.add_text("Checkpoints flush dirty pages.", doc_id="checkpoints")  # every row now holds this version's terms
+    served = Searcher(load_config(config_file), "stems")  # a long-lived reader, as `kbflow mcp` holds one
+    assert served.terms is tokens.words
+    assert served.search("connections", mode="bm25") == []  # plain words do not meet the stored stems
+    writer = KnowledgeBase(namespace="stems", config=config_file)  # another writer, as a scheduled ingest
+    writer.add_text("Checkpoints flush dirty pages.", doc_id="checkpoints")  # every row now holds the new terms
     assert state.meta()["bm25_terms"] == tokens.TOKENIZER_VERSION
-    assert [h.source_path for h in old.search("connections", mode="bm25")] == ["text:replicas"]
+    assert [h.source_path for h in served.search("connections", mode="bm25")] == ["text:replicas"]
+    assert served.terms is tokens.terms
 
 
 def test_eval_scores_several_modes_over_one_ingest(tmp_path):

@@ -208,7 +208,7 @@ def test_the_vector_index_has_root_rows_partitions_and_is_trained_again_as_the_t
 
     hnsw = LanceStore(tmp_path / "l", "grow", DIM, vector_index_min_rows=400, vector_index_type="IVF_HNSW_SQ")
     # the last row written waits outside the full-text index until an explicit refresh such as this one
-    assert hnsw.refresh_indexes() == {"vector": "retrained IVF_HNSW_SQ", "text_tokens": "updated"}
+    assert hnsw.refresh_indexes() == {"vector": "retrained IVF_HNSW_SQ", "text_tokens": "rebuilt"}
     assert (vector_index(hnsw).name, vector_index(hnsw).index_type) == ("vector_ivf40", "IvfHnswSq")
     hnsw.table.create_index(metric="cosine", vector_column_name="vector", index_type="IVF_HNSW_SQ", replace=True,
                             num_partitions=2)  # as an older kbflow named it: 'vector_idx', training size unknown
@@ -238,7 +238,7 @@ def test_full_text_index_is_updated_by_row_count_not_share(tmp_path, monkeypatch
     store.upsert(numbered_rows(vectors, 960, 980))
     assert store.stats()["indexes"]["text_tokens"]["unindexed_rows"] == 20
     # an explicit refresh (the end of every ingest) folds every row in: rows outside the index rank differently
-    assert store.refresh_indexes() == {"text_tokens": "updated"}
+    assert store.refresh_indexes() == {"text_tokens": "rebuilt"}
     assert store.stats()["indexes"]["text_tokens"]["unindexed_rows"] == 0
 
 

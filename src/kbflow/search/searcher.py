@@ -22,7 +22,7 @@ from kbflow.embed.choice import for_namespace
 from kbflow.errors import ConfigError
 from kbflow.state.manifest import NamespaceState
 from kbflow.search import fusion
-from kbflow.search.tokens import terms_function
+from kbflow.search.tokens import TOKENIZER_VERSION, terms_function
 from kbflow.stores import Hit, SearchFilter, open_store
 
 MODES = ("vector", "bm25", "hybrid", "rerank", "graph")
@@ -67,7 +67,8 @@ class Searcher:
         self.embedder = get_embedder(for_namespace(config.embedder, meta))
         self.store = None
         # a query's BM25 terms in the version the namespace's rows hold (an upgrade's next ingest rewrites them)
-        self.terms = terms_function((meta or {}).get("bm25_terms"))
+        self._terms_version = (meta or {}).get("bm25_terms")
+        self.terms = terms_function(self._terms_version)
         if meta is not None:
             self.state.check_model(self.embedder.model_id, self.embedder.dimension)
             self.store = open_store(config, self.state.store_namespace(), self.embedder.dimension, for_search=True)
@@ -150,6 +151,9 @@ class Searcher:
         if mode == "vector":
             return self.store.search_vector(embed_query(self.embedder, vector_text), limit, where)
         bm25_text = query if vector_text == query else f"{query}\n{vector_text}"
+        if self._terms_version != TOKENIZER_VERSION:  # rows of an older tokenizer: has another process's ingest
+            self._terms_version = (self.state.meta() or {}).get("bm25_terms")  # rewritten them since? (one small
+            self.terms = terms_function(self._terms_version)  # read per search, until they are the current ones)
         if mode == "bm25":
             return self.store.search_text(self.terms(bm25_text), limit, where)
         depth = max(settings.candidates, limit, settings.rerank.candidates if mode == "rerank" else 0)

@@ -10,9 +10,10 @@ searched (exactly), but what that costs differs by index:
   table;
 * an unindexed row is tokenized and scored on every full-text query, and scored apart from the index's BM25
   statistics, so it ranks differently than it would indexed (a dev set with 311 of its 411 rows outside the
-  index: BM25 nDCG@10 0.743 against 0.770 with every row in). While an ingest writes its batches the full-text
-  index is updated once ``FTS_STALE_ROWS`` rows wait outside it; an explicit ``refresh_indexes`` (the end of
-  every ingest) folds every row in.
+  index: BM25 nDCG@10 0.743 against 0.770 with every row in). The full-text index is updated once
+  ``FTS_STALE_ROWS`` rows wait outside it; an explicit ``refresh_indexes`` (the end of every ingest) also
+  indexes the text again when any row waits outside and the table holds at most ``FTS_REBUILD_MAX_ROWS`` rows,
+  where the waiting rows can be a large share. Beyond that size they are at most 2 % of the table.
 
 Both updates are one ``optimize``, cheap beside the embedding of a document batch. What a stale index costs,
 measured: docs/retrieval.md (Search: modes, filters, hybrid, rerank, ask).
@@ -56,6 +57,7 @@ IN_LIST_MAX = 500  # ids per IN (...) filter, to keep filter strings bounded
 HIT_COLUMNS = ["chunk_id", "doc_id", "source_path", "heading_path", "text"]
 INDEX_STALE_FRACTION = 0.1  # vector index: share of rows outside it that triggers an update
 FTS_STALE_ROWS = 1_000  # full-text index: rows outside it that trigger an update (~11 ms per query at most)
+FTS_REBUILD_MAX_ROWS = 50_000  # up to this size an explicit refresh re-indexes the text to bring every row in
 FTS_COLUMN = "text_tokens"
 ANN_RETRAIN_GROWTH = 4  # rows / rows at the vector index's last training that trigger a new training (√4 = 2x partitions)
 _IVF_NAME = re.compile(r"^vector_ivf(\d+)$")
@@ -272,11 +274,15 @@ class LanceStore:
         return {config.columns[0]: config for config in self.table.list_indices()}
 
     @staticmethod
-    def _stale_after(column: str, rows: int, between_batches: bool) -> float:
+    def _stale_after(column: str, rows: int) -> float:
         """How many rows may wait outside this index before it is updated (see the module docstring)."""
-        if column == FTS_COLUMN:
-            return FTS_STALE_ROWS if between_batches else 0
-        return INDEX_STALE_FRACTION * rows
+        return FTS_STALE_ROWS if column == FTS_COLUMN else INDEX_STALE_FRACTION * rows
+
+    def _create_fts_index(self) -> None:
+        # whitespace: text_tokens already holds kbflow's BM25 terms (kbflow.search.tokens), the same as Qdrant's
+        self.table.create_fts_index(FTS_COLUMN, base_tokenizer="whitespace", lower_case=False, stem=False,
+                                    remove_stop_words=False, ascii_folding=False, with_position=False,
+                                    max_token_length=None, replace=True)
 
     def _train_vector_index(self, rows: int) -> None:
         """A new vector index, then the old ones dropped (an index of another name is not replaced but added:
@@ -319,10 +325,7 @@ class LanceStore:
         configs = self.table.list_indices()
         indexes = {config.columns[0]: config for config in configs}
         if FTS_COLUMN not in indexes:
-            # whitespace: text_tokens already holds jieba words, lower-cased; no stemming, so Qdrant's BM25 matches
-            self.table.create_fts_index(FTS_COLUMN, base_tokenizer="whitespace", lower_case=False, stem=False,
-                                        remove_stop_words=False, ascii_folding=False, with_position=False,
-                                        max_token_length=None, replace=True)
+            self._create_fts_index()
             done[FTS_COLUMN] = "created"
         if skip_vector:
             indexes.pop("vector", None)
@@ -334,11 +337,16 @@ class LanceStore:
             self._train_vector_index(rows)
             done["vector"] = f"retrained {self.vector_index_type}"
         stale = [name for name, config in indexes.items() if name not in done
-                 and self.table.index_stats(config.name).num_unindexed_rows > self._stale_after(name, rows,
-                                                                                              between_batches)]
+                 and self.table.index_stats(config.name).num_unindexed_rows > self._stale_after(name, rows)]
         if stale:
             self.table.optimize()  # folds new rows into every index (and compacts small fragments)
             done.update({name: "updated" for name in stale})
+        if (not between_batches and FTS_COLUMN in indexes and FTS_COLUMN not in done and rows <= FTS_REBUILD_MAX_ROWS
+                and self.table.index_stats(indexes[FTS_COLUMN].name).num_unindexed_rows > 0):
+            # the rows waiting outside rank apart from the index's statistics; in a table this small they are a
+            # large share, and indexing it again costs little (no compaction: the data files stay as written)
+            self._create_fts_index()
+            done[FTS_COLUMN] = "rebuilt"
         return done
 
     # --- search --------------------------------------------------------------------------------------------
