@@ -71,18 +71,28 @@ def bm25_share(vector: list[Hit], bm25: list[Hit], base: float, floor: float, fu
     ones. When the words point somewhere the meaning does not (no chunk in common), BM25 is heard less; when they
     agree, it is what breaks the vector list's ties."""
     trust = min(1.0, overlap(vector, bm25) / full_at) if full_at > 0 else 1.0
+    return _scaled_share(base, floor, trust)
+
+
+def _scaled_share(base: float, floor: float, trust: float) -> float:
+    """``base`` at full trust (1), ``floor`` x ``base`` at none (0), linear in between."""
     return base * (floor + (1.0 - floor) * trust)
+
+
+def _fused_with_share(vector: list[Hit], bm25: list[Hit], share: float) -> list[Hit]:
+    """Weighted min-max fusion with BM25 at ``share`` and the vector list at the rest; the share is recorded in
+    each hit's ``extra['bm25_share']``."""
+    fused = weighted({"vector": vector, "bm25": bm25}, {"vector": 1.0 - share, "bm25": share})
+    for hit in fused:
+        hit.extra["bm25_share"] = round(share, 4)
+    return fused
 
 
 def trusted(lists: dict[str, list[Hit]], vector_weight: float = 0.5, floor: float = 0.2) -> list[Hit]:
     """Weighted min-max fusion of a ``vector`` and a ``bm25`` list with BM25's share set per query by
     ``bm25_share`` (base 1 - ``vector_weight``); the shares used are in each hit's ``extra['bm25_share']``."""
     vector, bm25 = lists.get("vector", []), lists.get("bm25", [])
-    share = bm25_share(vector, bm25, 1.0 - vector_weight, floor)
-    fused = weighted({"vector": vector, "bm25": bm25}, {"vector": 1.0 - share, "bm25": share})
-    for hit in fused:
-        hit.extra["bm25_share"] = round(share, 4)
-    return fused
+    return _fused_with_share(vector, bm25, bm25_share(vector, bm25, 1.0 - vector_weight, floor))
 
 
 def standout_of(scores: list[float], top: int = 10) -> float:
@@ -107,15 +117,11 @@ def standout_share(vector: list[Hit], bm25: list[Hit], base: float, floor: float
     sv = standout_of([h.score for h in vector])
     sb = standout_of([h.score for h in bm25])
     ratio = min(1.0, max(0.0, sb / sv)) if sv > 0 else 1.0
-    return base * (floor + (1.0 - floor) * ratio)
+    return _scaled_share(base, floor, ratio)
 
 
 def standout(lists: dict[str, list[Hit]], vector_weight: float = 0.5, floor: float = 0.4) -> list[Hit]:
     """Weighted min-max fusion of a ``vector`` and a ``bm25`` list with BM25's share set per query by
     ``standout_share`` (base 1 - ``vector_weight``); the share used is in each hit's ``extra['bm25_share']``."""
     vector, bm25 = lists.get("vector", []), lists.get("bm25", [])
-    share = standout_share(vector, bm25, 1.0 - vector_weight, floor)
-    fused = weighted({"vector": vector, "bm25": bm25}, {"vector": 1.0 - share, "bm25": share})
-    for hit in fused:
-        hit.extra["bm25_share"] = round(share, 4)
-    return fused
+    return _fused_with_share(vector, bm25, standout_share(vector, bm25, 1.0 - vector_weight, floor))

@@ -336,13 +336,13 @@ class LanceStore:
                 [config for config in configs if config.columns == ["vector"]], rows):
             self._train_vector_index(rows)
             done["vector"] = f"retrained {self.vector_index_type}"
-        stale = [name for name, config in indexes.items() if name not in done
-                 and self.table.index_stats(config.name).num_unindexed_rows > self._stale_after(name, rows)]
+        unindexed = {name: self.table.index_stats(config.name).num_unindexed_rows
+                     for name, config in indexes.items() if name not in done}
+        stale = [name for name, waiting in unindexed.items() if waiting > self._stale_after(name, rows)]
         if stale:
             self.table.optimize()  # folds new rows into every index (and compacts small fragments)
             done.update({name: "updated" for name in stale})
-        if (not between_batches and FTS_COLUMN in indexes and FTS_COLUMN not in done and rows <= FTS_REBUILD_MAX_ROWS
-                and self.table.index_stats(indexes[FTS_COLUMN].name).num_unindexed_rows > 0):
+        elif not between_batches and unindexed.get(FTS_COLUMN, 0) > 0 and rows <= FTS_REBUILD_MAX_ROWS:
             # the rows waiting outside rank apart from the index's statistics; in a table this small they are a
             # large share, and indexing it again costs little (no compaction: the data files stay as written)
             self._create_fts_index()
