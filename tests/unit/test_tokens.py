@@ -149,12 +149,13 @@ def test_bm25_terms_leave_out_english_stop_words_and_stem_english_words_only():
 
 
 def test_query_terms_follow_the_version_the_rows_were_written_with():
+    from kbflow.errors import ConfigError
     from kbflow.search.tokens import (TOKENIZER_VERSION, WORDS_VERSION, stored_terms_version, terms,
                                       terms_function, words)
 
     assert terms_function(None) is words and terms_function(WORDS_VERSION) is words
     assert terms_function(TOKENIZER_VERSION) is terms
-    with pytest.raises(ValueError, match="unknown BM25 tokenizer version"):
+    with pytest.raises(ConfigError, match="unknown BM25 tokenizer version 'some-future-version'.*kbflow ingest"):
         terms_function("some-future-version")
     new, old = f"chunk-v3:tokens=512:words={TOKENIZER_VERSION}", f"chunk-v3:tokens=512:words={WORDS_VERSION}"
     assert stored_terms_version([new, new]) == TOKENIZER_VERSION and stored_terms_version([old]) == WORDS_VERSION

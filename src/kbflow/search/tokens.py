@@ -18,6 +18,8 @@ import re
 import threading
 from functools import lru_cache
 
+from kbflow.errors import ConfigError
+
 TOKENIZER_VERSION = "jieba-0.42.1-search-lower+en-stop-snowball-3.1.1"
 WORDS_VERSION = "jieba-0.42.1-search-lower-1"  # the version before: words only; namespaces without a record have it
 
@@ -112,7 +114,9 @@ def terms_function(version: str | None):
         return words
     if version == TOKENIZER_VERSION:
         return terms
-    raise ValueError(f"unknown BM25 tokenizer version {version!r}")
+    raise ConfigError(f"the namespace's rows hold BM25 terms of an unknown BM25 tokenizer version {version!r} "
+                      f"(this kbflow writes {TOKENIZER_VERSION!r}): a newer kbflow wrote them. Upgrade kbflow, or "
+                      "run `kbflow ingest` over the namespace's sources to rewrite them in this version's terms")
 
 
 def stored_terms_version(chunkers: list[str]) -> str | None:
