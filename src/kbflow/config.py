@@ -309,6 +309,10 @@ class SearchConfig(_Section):
     vector_index_min_rows: int = Field(
         10_000, ge=1, description="LanceDB builds an ANN vector index once a namespace holds this many chunks "
         "(below it an exact scan is fast: see docs/bench/search.json).")
+    exact_in_memory_rows: int = Field(
+        20_000, ge=0, description="LanceDB: a vector search with no filter of a namespace with no vector index and at "
+        "most this many chunks is answered from a copy of its vectors in the searching process's memory (read once "
+        "per table version; the same hits, without LanceDB's per-query overhead of several ms). 0 turns it off.")
     vector_index_type: Literal["IVF_HNSW_SQ", "IVF_PQ", "IVF_FLAT", "IVF_HNSW_FLAT"] = Field(
         "IVF_FLAT", description="LanceDB ANN index type, built with sqrt(rows) partitions and trained again as the "
         "table grows fourfold. IVF_FLAT (the default) keeps exact vectors in each partition, so recall depends only "

@@ -234,3 +234,18 @@ def test_eval_scores_several_modes_over_one_ingest(tmp_path):
     assert again["runs"][0]["metrics"] == runs["bm25"]["metrics"]
     with pytest.raises(ConfigError, match="holds none of the corpus"):
         eval_beir(CASES / "beir-mini", data_dir=tmp_path / "empty", ingest=None)
+
+
+def test_a_searcher_opened_before_the_namespace_existed_finds_what_another_process_ingests(tmp_path):
+    """`kbflow mcp` may start before the first scheduled ingest: its searcher answers [] until then, and the hits
+    once another process has written the namespace, without a restart."""
+    config_file = tmp_path / "kb.yaml"
+    config_file.write_text(yaml.safe_dump({"data_dir": str(tmp_path / "data")}))
+    served = KnowledgeBase(namespace="later", config=config_file)
+    assert served.search("dirty pages") == []
+    subprocess.run([sys.executable, "-m", "kbflow", "add-text", "Checkpoints flush dirty pages.", "--doc-id",
+                    "checkpoints", "--namespace", "later", "-c", str(config_file)], check=True, capture_output=True)
+    assert [h.source_path for h in served.search("dirty pages")] == ["text:checkpoints"]
+    subprocess.run([sys.executable, "-m", "kbflow", "add-text", "Vacuum reclaims dead tuples.", "--doc-id",
+                    "vacuum", "--namespace", "later", "-c", str(config_file)], check=True, capture_output=True)
+    assert [h.source_path for h in served.search("reclaim dead tuples", mode="vector")][:1] == ["text:vacuum"]

@@ -259,3 +259,73 @@ def test_hnsw_search_deeper_than_its_beam(tmp_path):
     hits = store.search_vector(vectors[7], 100)
     assert len(hits) == 100 and hits[0].chunk_id == f"{7:032x}"
 
+
+
+def random_rows(count: int, seed: int, prefix: str = "r") -> pa.Table:
+    rng = np.random.default_rng(seed)
+    vectors = rng.normal(size=(count, DIM)).astype(np.float32)
+    vectors[1] = vectors[0]  # two rows with equal scores for every query
+    return pa.Table.from_pylist([
+        {"chunk_id": f"{prefix}{i:05d}", "doc_id": f"{prefix}{i // 3}", "source_path": f"docs/{prefix}{i // 3}.md",
+         "ordinal": i % 3, "heading_path": ["H", str(i % 4)], "text": f"text {i}", "text_tokens": f"text {i}",
+         "char_start": 0, "char_end": 6, "n_tokens": 2, "embed_sha256": f"{prefix}{i}",
+         "vector": (v / np.linalg.norm(v)).tolist()} for i, v in enumerate(vectors)], schema=store_schema(DIM))
+
+
+def test_a_small_unindexed_table_is_searched_from_memory_with_lancedbs_own_exact_hits(tmp_path):
+    """The in-memory copy (stores.exact) answers exactly what LanceDB's exact scan answers: the same rows, in the
+    same order, with the same cosine scores; a new version is read again, a filter and a bigger table go to
+    LanceDB."""
+    searched = LanceStore(tmp_path / "lancedb", "ns", DIM, exact_in_memory_rows=500)
+    plain = LanceStore(tmp_path / "lancedb", "ns", DIM)  # the same table, searched by LanceDB alone
+    searched.upsert(random_rows(300, seed=1))
+    queries = np.random.default_rng(2).normal(size=(20, DIM)).astype(np.float32)
+    for query in queries:
+        for limit in (1, 10, 400):
+            mine, theirs = searched.search_vector(query, limit), plain.search_vector(query, limit, exact=True)
+            assert searched._exact is not None and searched._exact.vectors is not None  # served from memory
+            assert [h.chunk_id for h in mine] == [h.chunk_id for h in theirs] or (  # equal scores: either order
+                sorted(h.chunk_id for h in mine) == sorted(h.chunk_id for h in theirs))
+            assert np.allclose([h.score for h in mine], [h.score for h in theirs], atol=1e-5)
+            assert [(h.doc_id, h.source_path, h.heading_path, h.text) for h in mine[:1]] == \
+                [(h.doc_id, h.source_path, h.heading_path, h.text) for h in theirs[:1]]
+    copy = searched._exact
+    searched.upsert(random_rows(5, seed=3, prefix="new"))  # a new version: its rows are found
+    target = np.array(random_rows(5, seed=3, prefix="new").column("vector")[4].as_py(), np.float32)
+    assert searched.search_vector(target, 1)[0].chunk_id == "new00004" and searched._exact is not copy
+    where = SearchFilter(source_glob="docs/r1*.md")
+    assert {h.source_path for h in searched.search_vector(target, 50, where)} <= {f"docs/r{i}.md" for i in
+                                                                                 [1] + list(range(10, 20))}
+    searched.upsert(random_rows(300, seed=4, prefix="more"))  # 605 rows: over the limit, LanceDB answers
+    assert searched.search_vector(target, 1)[0].chunk_id == "new00004"
+    assert searched._exact.vectors is None
+
+
+def test_a_store_open_for_searches_sees_what_another_process_wrote_cleared_and_wrote_again(tmp_path):
+    """LanceDB's handle stays at the version it opened: a long-lived searcher must move to the newest one
+    itself, from memory or not."""
+    import subprocess
+    import sys
+
+    searched = LanceStore(tmp_path / "lancedb", "ns", DIM, exact_in_memory_rows=500)
+    searched.upsert(random_rows(10, seed=1))
+    query = np.array(random_rows(10, seed=1).column("vector")[7].as_py(), np.float32)
+    assert searched.search_vector(query, 1)[0].chunk_id == "r00007"
+
+    def other_process(code: str) -> None:
+        subprocess.run([sys.executable, "-c", "import sys\nfrom tests.unit.test_search_stores import *\n"
+                        f"store = LanceStore(sys.argv[1], 'ns', DIM)\n{code}", str(tmp_path / "lancedb")],
+                       check=True, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+
+    other_process("store.upsert(random_rows(10, seed=1, prefix='x'))")  # the same vectors under other ids
+    assert {h.chunk_id for h in searched.search_vector(query, 2)} == {"r00007", "x00007"}
+    assert {h.chunk_id for h in searched.search_text(["text", "7"], 2)} == {"r00007", "x00007"}
+    version = searched.table.version  # the version its copy in memory was read at
+    other_process("store.clear()")
+    assert searched.search_vector(query, 2) == [] and searched.search_text(["text"], 2) == []
+    # written again up to the same version number: not taken for the copy of the old table
+    other_process(f"store.upsert(random_rows(10, seed=1, prefix='y'))\nseed = 10\nwhile store.table.version < "
+                  f"{version}:\n    seed += 1\n    store.upsert(random_rows(3, seed=seed, prefix=f'z{{seed}}'))")
+    assert searched.table.version == version
+    assert [h.chunk_id for h in searched.search_vector(query, 1)] == ["y00007"]
+    assert {h.chunk_id for h in searched.search_text(["text", "7"], 1)} == {"y00007"}

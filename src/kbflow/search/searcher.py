@@ -62,20 +62,24 @@ class Searcher:
         self.config = config
         self.namespace = check_namespace(namespace or config.namespace)
         self.state = NamespaceState(config.data_dir, self.namespace)
-        meta = self.state.meta()
-        # reads the model's config files; weights load on first query
-        self.embedder = get_embedder(for_namespace(config.embedder, meta))
         self.store = None
+        self._open(self.state.meta())
+        self._reranker = None
+        self._chat = None
+        self._pool: ThreadPoolExecutor | None = None  # one thread for BM25 beside the vector search (hybrid)
+        self._expander = None
+
+    def _open(self, meta: dict | None) -> None:
+        """The namespace's embedder (its model's config files: weights load on first query), BM25 terms and store,
+        as its record ``meta`` names them; no store while the namespace holds nothing."""
+        self.embedder = get_embedder(for_namespace(self.config.embedder, meta))
         # a query's BM25 terms in the version the namespace's rows hold (an upgrade's next ingest rewrites them)
         self._terms_version = (meta or {}).get("bm25_terms")
         self.terms = terms_function(self._terms_version)
         if meta is not None:
             self.state.check_model(self.embedder.model_id, self.embedder.dimension)
-            self.store = open_store(config, self.state.store_namespace(), self.embedder.dimension, for_search=True)
-        self._reranker = None
-        self._chat = None
-        self._pool: ThreadPoolExecutor | None = None  # one thread for BM25 beside the vector search (hybrid)
-        self._expander = None
+            self.store = open_store(self.config, self.state.store_namespace(), self.embedder.dimension,
+                                    for_search=True)
 
     # --- lazily built helpers ------------------------------------------------------------------------------
     @property
@@ -124,8 +128,11 @@ class Searcher:
             raise ConfigError("the query is empty; pass the text to look for")
         limit = limit or settings.limit
         min_score = settings.min_score if min_score is None else min_score
-        if self.store is None:
-            return []
+        if self.store is None:  # empty when opened: has another process written the namespace since?
+            meta = self.state.meta()
+            if meta is None:
+                return []
+            self._open(meta)
         if expand == "mqe":
             phrasings = [query] + self.expand_queries(query)
             lists = {f"q{i}": self._retrieve(text, text, mode, limit, where) for i, text in enumerate(phrasings)}

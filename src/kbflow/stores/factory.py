@@ -43,4 +43,5 @@ def open_store(config: KbConfig, namespace: str, dimension: int, for_search: boo
     search = config.search
     return LanceStore(store_uri(config), namespace, dimension, search.vector_index_min_rows, search.vector_index_type,
                       search.ann_nprobes, search.ann_ef, search.ann_refine_factor,
-                      mirror_dir=mirror_dir(config) if for_search and config.store.mirror else None)
+                      mirror_dir=mirror_dir(config) if for_search and config.store.mirror else None,
+                      exact_in_memory_rows=search.exact_in_memory_rows if for_search else 0)

@@ -49,6 +49,7 @@ from kbflow import storage
 from kbflow.state.files import store_unreadable
 from kbflow.stores.base import Hit, SearchFilter
 from kbflow.stores.errors import damage_reason
+from kbflow.stores.exact import ExactCopy, version_key
 
 if TYPE_CHECKING:
     from lancedb.index import IndexConfig
@@ -178,7 +179,8 @@ class LanceStore:
 
     def __init__(self, uri: str | Path, namespace: str, dimension: int, vector_index_min_rows: int = 10_000,
                  vector_index_type: str = "IVF_FLAT", ann_nprobes: int = 20, ann_ef: int = 128,
-                 ann_refine_factor: int | None = None, mirror_dir: str | Path | None = None):
+                 ann_refine_factor: int | None = None, mirror_dir: str | Path | None = None,
+                 exact_in_memory_rows: int = 0):
         self.uri = str(uri)
         self.namespace = namespace
         self.dimension = dimension
@@ -191,6 +193,9 @@ class LanceStore:
         self._db = storage.lance_connect(self.uri)
         self._table = None
         self._fts_ready = False
+        # vector searches of a small table with no vector index answer from a copy in memory (stores.exact)
+        self.exact_in_memory_rows = exact_in_memory_rows
+        self._exact: ExactCopy | None = None
         # searches of a table in a bucket read a local copy kept at the bucket's newest version (stores.mirror)
         self.mirror = None
         if mirror_dir is not None and storage.is_remote(storage.location(self.uri)):
@@ -350,24 +355,68 @@ class LanceStore:
         return done
 
     # --- search --------------------------------------------------------------------------------------------
+    @staticmethod
+    def _hit(row: dict, score: float) -> Hit:
+        return Hit(row["chunk_id"], row["doc_id"], row["source_path"], row["heading_path"] or [], score, row["text"])
+
     def _hits(self, query, score) -> list[Hit]:
-        rows = query.to_arrow().to_pylist()
-        return [Hit(r["chunk_id"], r["doc_id"], r["source_path"], r["heading_path"] or [], score(r), r["text"])
-                for r in rows]
+        return [self._hit(row, score(row)) for row in query.to_arrow().to_pylist()]
 
     def _search_table(self):
-        """The table a search reads: the local copy of a table in a bucket when there is one (brought up to the
-        bucket's newest version first), else the table itself; None when there is no table."""
+        """The table a search reads, at its newest version: the local copy of a table in a bucket when there is
+        one (brought up to the bucket's newest version first), else the table itself; None when there is none.
+
+        A store held open for searches (``kbflow mcp``, a ``KnowledgeBase``) thereby sees every write that another
+        process (a scheduled ingest, ``kbflow clear``) completed since it opened the table: LanceDB's handle
+        otherwise stays at the version it opened. A table dropped since, or dropped and written again, is
+        opened afresh."""
         if self.mirror is not None:
             with self._reading():
                 return self.mirror.table()
+        if self._table is not None:
+            try:
+                self._table.checkout_latest()  # one read of the table's newest manifest (~0.3 ms on local disk)
+                return self._table
+            except Exception:  # gone (dropped by another process), or written again: open what is there now
+                self._table, self._fts_ready = None, False
         return self.table if self.exists() else None
+
+    def _table_dir(self) -> Path | None:
+        """The folder of the table a search reads, when it is on local disk (else None)."""
+        if self.mirror is not None:
+            return self.mirror.local_table
+        where = storage.location(self.uri)
+        return None if storage.is_remote(where) else where / f"{self.table_name}.lance"
+
+    def _exact_copy(self, table) -> ExactCopy | None:
+        """The in-memory copy of ``table`` at its current version when that version is served from memory
+        (``kbflow.stores.exact``); read once per version."""
+        table_dir = self._table_dir() if self.exact_in_memory_rows > 0 else None
+        key = version_key(table_dir, table.version) if table_dir is not None else None
+        if key is None:
+            return None
+        copy = self._exact
+        if copy is None or copy.key != key:
+            with self._reading():
+                indexed = any(config.columns == ["vector"] for config in table.list_indices())
+                if indexed or table.count_rows() > self.exact_in_memory_rows:
+                    copy = ExactCopy.not_served(key)
+                else:
+                    copy = ExactCopy.of(key, table.search().select(HIT_COLUMNS + ["vector"]).limit(None).to_arrow(),
+                                        self.dimension)
+            self._exact = copy
+        return copy if copy.vectors is not None else None
 
     def search_vector(self, vector: np.ndarray, limit: int, where: SearchFilter | None = None,
                       exact: bool = False) -> list[Hit]:
         table = self._search_table()
         if table is None:
             return []
+        sql = where_sql(where)
+        copy = None if sql else self._exact_copy(table)
+        if copy is not None:  # LanceDB would scan every row too: the same hits, without its per-query overhead
+            rows, scores = copy.search(vector, limit)
+            return [self._hit(row, score) for row, score in zip(rows, scores)]
         query = table.search(np.asarray(vector, dtype=np.float32), vector_column_name="vector")
         query = query.distance_type("cosine").limit(limit).select(HIT_COLUMNS + ["_distance"])
         if exact:
@@ -377,7 +426,6 @@ class LanceStore:
             query = query.nprobes(self.ann_nprobes).ef(max(self.ann_ef, limit))
             if self.ann_refine_factor:
                 query = query.refine_factor(self.ann_refine_factor)
-        sql = where_sql(where)
         if sql:
             query = query.where(sql, prefilter=True)
         with self._reading():
@@ -438,5 +486,5 @@ class LanceStore:
     def clear(self) -> None:
         if self.exists():
             self._db.drop_table(self.table_name)
-        self._table = None
+        self._table, self._exact = None, None
         self._fts_ready = False
