@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from kbflow.embed import e5_int8
-from kbflow.embed.e5 import E5SmallEmbedder, auto_precision, bf16_is_fast, file_sha256, package_weights, recorded_sha256
+from kbflow.embed.e5 import E5SmallEmbedder, auto_precision, file_sha256, package_weights, recorded_sha256
 from kbflow.errors import ConfigError, EmbeddingError
 from kbflow.extras import MissingExtraError
 from tests.conftest import CASES
@@ -112,14 +112,23 @@ def test_512_tokens_fit_and_513_are_refused(e5):
         e5.embed_queries([fits])
 
 
-def test_bf16_agrees_with_fp32_everywhere_and_is_chosen_only_where_it_is_fast(engine, caplog):
-    """precision auto gives a new namespace bf16 only with AMX; bf16 itself runs on any CPU (a namespace made on
-    one with AMX is searched on one without), with a warning where it is slow."""
-    assert auto_precision() == ("bf16" if bf16_is_fast() else "fp32")
-    assert E5SmallEmbedder("auto").model_id.startswith(f"e5small-torch-{auto_precision()}:")
+@pytest.mark.parametrize("amx", [True, False])
+def test_precision_auto_chooses_bf16_only_where_it_is_fast_and_bf16_runs_anywhere(amx, monkeypatch, caplog):
+    """precision auto gives a new namespace bf16 only with AMX; bf16 itself is built on any CPU (a namespace made
+    on one with AMX is searched on one without), with a warning where it is slow."""
+    import kbflow.embed.e5 as e5_module
+
+    monkeypatch.setattr(e5_module, "bf16_is_fast", lambda: amx)
+    assert auto_precision() == ("bf16" if amx else "fp32")
+    assert E5SmallEmbedder("auto").model_id.startswith("e5small-torch-bf16:" if amx else "e5small-torch-fp32:")
     with caplog.at_level(logging.WARNING, logger="kbflow.embed.e5"):
-        bf16 = E5SmallEmbedder("bf16", threads=2)
-    assert ("without AMX" in caplog.text) == (not bf16_is_fast())
+        bf16 = E5SmallEmbedder("bf16")
+    assert bf16.model_id.startswith("e5small-torch-bf16:")
+    assert ("without AMX tiles" in caplog.text) == (not amx)
+
+
+def test_bf16_agrees_with_fp32(engine):
+    bf16 = E5SmallEmbedder("bf16", threads=2)
     texts = real_texts()[:4]
     assert ((bf16.embed_passages(texts) * engine.passage(texts)).sum(axis=1) >= FP32_BAR).all()
 
