@@ -87,10 +87,12 @@ def test_flat_keys_from_the_environment_move_too_and_keep_their_source(tmp_path,
 
 def test_the_old_generated_default_yaml_loads_as_the_defaults(capsys):
     """A config copied from configs/default.yaml as it was (all 25 embedder settings flat) is today's defaults,
-    except the two search settings whose defaults moved since, which that file writes out (and so keeps)."""
+    except the settings whose defaults moved since, which that file writes out (and so keeps): two of search's,
+    and e5's precision (fp32 written; the default is now auto)."""
     old, today = load_config(FLAT_DEFAULT).model_dump(), load_config(None, sources=["data/sample"]).model_dump()
     assert (old["search"].pop("fusion"), old["search"].pop("bm25_floor")) == ("weighted", 0.2)
     assert (today["search"].pop("fusion"), today["search"].pop("bm25_floor")) == ("trusted", 0.8)
+    assert (old["embedder"].pop("precision"), today["embedder"].pop("precision")) == ("fp32", "auto")
     assert old == today
     assert "dropped (backend 'auto' never read them) embedder.model," in capsys.readouterr().err
 

@@ -155,7 +155,7 @@ def bench_embed(corpus: Path, limit: int, backends: list[str], pipeline_backend:
     texts, files = sample_chunks(corpus, limit, work)
     sample_s = time.perf_counter() - started
     rows: list[dict] = []
-    references: dict[str, np.ndarray] = {}  # each model's fp32 vectors, the reference its other precisions are compared with
+    references: dict[str, np.ndarray] = {}  # each model's fp32 vectors, which its other precisions are compared with
     probe = matmul_probe()
     dtypes = sorted({PROBE_DTYPES[label] for label in backends if label in PROBE_DTYPES})
     other_probes = {dtype: matmul_probe(dtype=dtype) for dtype in dtypes}
