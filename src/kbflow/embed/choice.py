@@ -21,7 +21,7 @@ DEFAULT_BACKEND = "e5"
 def for_namespace(config: EmbedderConfig, meta: dict | None) -> EmbedderConfig:
     """``config`` with ``auto`` resolved for a namespace whose recorded state is ``meta`` (None: a new one)."""
     if config.backend == "e5" and config.precision == "auto" and meta is not None:
-        recorded = precision_of_model(meta["model_id"]) if backend_of_model(meta["model_id"]) == "e5" else None
+        recorded = precision_of_model(meta["model_id"])  # None when the namespace is another backend's
         return config.model_copy(update={"precision": recorded}) if recorded else config
     if config.backend != "auto":
         return config

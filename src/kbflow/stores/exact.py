@@ -23,13 +23,14 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from kbflow.stores.mirror import manifest_names
+
 VersionKey = tuple[int, int, int, int]  # (version, manifest inode, manifest mtime ns, manifest size)
 
 
 def version_key(table_dir: Path, version: int) -> VersionKey | None:
-    """The identity of a local Lance table's version: its number and its manifest file's inode, mtime and size
-    (Lance names a manifest ``u64::MAX - version`` padded to 20 digits, or, in older tables, by the version)."""
-    for name in (f"{2**64 - 1 - version:020d}.manifest", f"{version}.manifest"):
+    """The identity of a local Lance table's version: its number and its manifest file's inode, mtime and size."""
+    for name in manifest_names(version):
         try:
             found = (table_dir / "_versions" / name).stat()
         except OSError:

@@ -198,10 +198,14 @@ class LanceStore:
         self._exact: ExactCopy | None = None
         # searches of a table in a bucket read a local copy kept at the bucket's newest version (stores.mirror)
         self.mirror = None
-        if mirror_dir is not None and storage.is_remote(storage.location(self.uri)):
+        where = storage.location(self.uri)
+        if mirror_dir is not None and storage.is_remote(where):
             from kbflow.stores.mirror import TableMirror
 
             self.mirror = TableMirror(self.uri, self.table_name, mirror_dir)
+        # the folder of the table a search reads when it is on local disk (the mirror's copy, or the table itself)
+        self._search_dir: Path | None = (self.mirror.local_table if self.mirror is not None else
+                                         None if storage.is_remote(where) else where / f"{self.table_name}.lance")
 
     @property
     def table(self):
@@ -381,17 +385,10 @@ class LanceStore:
                 self._table, self._fts_ready = None, False
         return self.table if self.exists() else None
 
-    def _table_dir(self) -> Path | None:
-        """The folder of the table a search reads, when it is on local disk (else None)."""
-        if self.mirror is not None:
-            return self.mirror.local_table
-        where = storage.location(self.uri)
-        return None if storage.is_remote(where) else where / f"{self.table_name}.lance"
-
     def _exact_copy(self, table) -> ExactCopy | None:
         """The in-memory copy of ``table`` at its current version when that version is served from memory
         (``kbflow.stores.exact``); read once per version."""
-        table_dir = self._table_dir() if self.exact_in_memory_rows > 0 else None
+        table_dir = self._search_dir if self.exact_in_memory_rows > 0 else None
         key = version_key(table_dir, table.version) if table_dir is not None else None
         if key is None:
             return None

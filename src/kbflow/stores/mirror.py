@@ -43,6 +43,12 @@ def manifest_version(name: str) -> int:
     return 2**64 - 1 - stem if V2_MANIFEST.match(name) else stem
 
 
+def manifest_names(version: int) -> tuple[str, str]:
+    """The file names version ``version``'s manifest may have under ``_versions/`` (the inverse of
+    ``manifest_version``): Lance's newer naming, then its older one."""
+    return f"{2**64 - 1 - version:020d}.manifest", f"{version}.manifest"
+
+
 class TableMirror:
     def __init__(self, uri: str, table_name: str, mirror_dir: str | Path):
         self.table_url = f"{uri.rstrip('/')}/{table_name}.lance"
