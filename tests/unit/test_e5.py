@@ -95,6 +95,34 @@ def test_token_counts_are_the_engines(e5, engine):
     assert counter.count([long_text[:cut]])[0] <= 100 < counter.count([long_text[:cut + 1]])[0]
 
 
+def test_counts_summed_from_remembered_words_equal_tokenizing_each_text_whole(e5):
+    """``count`` tokenizes each distinct word once and sums; that is exact because no piece of the vocabulary
+    holds U+2581 past its start. Checked against whole-text tokenization on texts built from the characters that
+    stress it: spaces the normaliser collapses, characters it maps to nothing or to a space plus a mark, U+2581
+    itself, unknown characters, NUL, CJK without spaces."""
+    import random
+
+    tokenizer = e5.tokenizer()
+    assert tokenizer._counts_add_up
+    alphabet = list("ab xyz\t\n\r\x00\x01\u00a0\u200b\u2581 \u00a8中文字。,.-_é") + ["<unk>", "  ", "\u3000", "ﬁ", "①",
+                                                                                   "𝄞", "SELECT", "pg_dump"]
+    rng = random.Random(7)
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30))) for _ in range(3000)] + real_texts()
+    whole = [len(ids) for ids in tokenizer.encode(texts)]
+    assert tokenizer.count(texts) == whole
+    new = "a zzyzxqwv, a zzyzxqwv"
+    expected = len(tokenizer.encode([new])[0])
+    calls = []
+    tokenize = tokenizer._ids
+    tokenizer._ids = lambda normalised: calls.append(normalised) or tokenize(normalised)
+    try:
+        assert tokenizer.count(texts[::-1]) == whole[::-1] and calls == []  # every word was remembered
+        assert tokenizer.count([new]) == [expected]
+        assert calls == [["\u2581zzyzxqwv,", "\u2581zzyzxqwv"]]  # only the words not seen before, once each
+    finally:
+        del tokenizer._ids
+
+
 def test_unknown_characters_embed_like_the_engine(e5, engine):
     texts = ["𝄞𝄞 music 𝄞 notes", "an <unk> here and <s> there"]
     assert ((e5.embed_passages(texts) * engine.passage(texts)).sum(axis=1) >= FP32_BAR).all()
