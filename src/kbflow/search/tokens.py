@@ -62,13 +62,12 @@ def words(text: str) -> list[str]:
     Equal to ``_jieba_words(text)`` (a property test checks it): jieba cuts ``text`` at the edges of ``_BLOCK``
     runs, segments each run alone and yields each other character as itself."""
     found: list[str] = []
-    for block in _BLOCK.split(text):
-        if not block:
-            continue
-        if _BLOCK.match(block):
-            found.extend(_block_words(block) if len(block) <= _MEMO_BLOCK_CHARS else _jieba_words(block))
-        else:
-            found.extend(token for token in (c.strip().lower() for c in block) if token and _WORD.search(token))
+    parts = _BLOCK.split(text)  # gap, block, gap, ..., gap: the pattern's one group puts blocks at odd places
+    for index, part in enumerate(parts):
+        if index % 2:
+            found.extend(_block_words(part) if len(part) <= _MEMO_BLOCK_CHARS else _jieba_words(part))
+        elif part and _WORD.search(part):  # most gaps are spaces and punctuation: no word in them
+            found.extend(token for token in (c.strip().lower() for c in part) if token and _WORD.search(token))
     return found
 
 
