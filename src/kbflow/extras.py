@@ -10,6 +10,7 @@ backend whose extra is not installed, instead of failing deep inside a run.
 from __future__ import annotations
 
 import importlib
+from functools import lru_cache
 from importlib.metadata import PackageNotFoundError, version
 from importlib.util import find_spec
 
@@ -72,9 +73,12 @@ def check(module: str, feature: str) -> None:
         raise missing(module, feature)
 
 
+@lru_cache(maxsize=None)
 def package_version(package: str) -> str:
     """Installed version of ``package``, or 'absent': fingerprints name it, so installing the extra later
-    re-converts the files it changes (an image that failed for want of OCR, a PDF page without text)."""
+    re-converts the files it changes (an image that failed for want of OCR, a PDF page without text). Read once
+    per process (every converted file's fingerprint names several): the code a process runs is the version it
+    found first, as its imports are."""
     try:
         return version(package)
     except PackageNotFoundError:

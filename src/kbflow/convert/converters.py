@@ -17,7 +17,6 @@ import time
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from importlib.metadata import version
 from pathlib import Path, PurePosixPath
 
 import pyarrow as pa
@@ -25,6 +24,7 @@ import pyarrow as pa
 from kbflow.convert.archive import ZIP_SUFFIXES, ArchiveLimits, open_archive, read_member
 from kbflow.convert.objects import read_bytes
 from kbflow.config import ConvertConfig
+from kbflow.extras import package_version
 from kbflow.errors import ConversionError
 from kbflow.convert.formats.audio import AUDIO_SUFFIXES, audio_fingerprint, transcribe
 from kbflow.convert.formats.html import HTML_SUFFIXES, HTML_VERSION, convert_html
@@ -53,7 +53,8 @@ def converter_fingerprint(options: ConvertConfig | None = None) -> str:
     output_options = (f"pdf={options.pdf_engine},ocr={options.ocr}/{options.ocr_pdf_dpi}dpi,"
                       f"line<={options.max_line_chars},html=v{HTML_VERSION},pdf=v{PDF_VERSION},"
                       f"depth<={options.html_max_depth}")
-    return (f"kbflow-convert-v{CONVERT_VERSION}+markitdown@{version('markitdown')}+pypdfium2@{version('pypdfium2')}"
+    return (f"kbflow-convert-v{CONVERT_VERSION}+markitdown@{package_version('markitdown')}"
+            f"+pypdfium2@{package_version('pypdfium2')}"
             f"+{ocr_fingerprint(options.ocr_max_side)}+{audio_fingerprint(options)}"
             f"+[{output_options}]")
 
@@ -64,16 +65,17 @@ def format_fingerprint(options: ConvertConfig, name: str) -> str:
     suffix = PurePosixPath(name).suffix.lower()
     base = f"kbflow-convert-v{CONVERT_VERSION}"
     if suffix == ".pdf" and options.pdf_engine == "pdfium":
-        return (f"{base}+pdf-v{PDF_VERSION}+pypdfium2@{version('pypdfium2')}+ocr={options.ocr}/{options.ocr_pdf_dpi}dpi+"
+        return (f"{base}+pdf-v{PDF_VERSION}+pypdfium2@{package_version('pypdfium2')}"
+                f"+ocr={options.ocr}/{options.ocr_pdf_dpi}dpi+"
                 f"{ocr_fingerprint(options.ocr_max_side)}")
     if suffix in IMAGE_SUFFIXES:
         return f"{base}+{ocr_fingerprint(options.ocr_max_side)}"
     if suffix in AUDIO_SUFFIXES:
         return f"{base}+{audio_fingerprint(options)}"
     if suffix in HTML_SUFFIXES:
-        return f"{base}+html-v{HTML_VERSION}+markitdown@{version('markitdown')}+depth<={options.html_max_depth}"
+        return f"{base}+html-v{HTML_VERSION}+markitdown@{package_version('markitdown')}+depth<={options.html_max_depth}"
     if suffix in MARKITDOWN_FORMATS or suffix == ".pdf":
-        return f"{base}+markitdown@{version('markitdown')}"
+        return f"{base}+markitdown@{package_version('markitdown')}"
     return f"{base}+text+line<={options.max_line_chars}"
 
 
