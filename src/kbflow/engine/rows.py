@@ -8,6 +8,7 @@ from dataclasses import asdict
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from kbflow.chunk.chunker import ChunkJob, chunk_documents as chunk_batch
 from kbflow.chunk.plans import PlanCache, chunk_remembering
@@ -23,7 +24,7 @@ from kbflow.chunk.tokens import TokenCounter
 
 def with_status(documents: pa.Table, status: str) -> list[dict]:
     """Rows of a documents table whose conversion status is ``status`` ('ok' or 'failed')."""
-    return documents.filter(pa.compute.equal(documents.column("status"), status)).to_pylist()
+    return documents.filter(pc.equal(documents.column("status"), status)).to_pylist()
 
 
 def conversion_failures(documents: pa.Table) -> list[Failure]:

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from kbflow.errors import ConfigError
 from kbflow.schemas import store_schema
@@ -460,7 +461,7 @@ class LanceStore:
             index_stats = self.table.index_stats(config.name)
             indexes[column] = {"type": index_stats.index_type, "indexed_rows": index_stats.num_indexed_rows,
                                "unindexed_rows": index_stats.num_unindexed_rows}
-        return {"rows": self.count(), "documents": len(pa.compute.unique(docs)), "bytes": self.size_bytes(),
+        return {"rows": self.count(), "documents": len(pc.unique(docs)), "bytes": self.size_bytes(),
                 "indexes": indexes}
 
     def chunk_ids(self) -> pa.Table:
