@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from kbflow.embed import e5_int8
-from kbflow.embed.e5 import E5SmallEmbedder, auto_precision, file_sha256, package_weights, recorded_sha256
+from kbflow.embed.e5 import (E5SmallEmbedder, auto_precision, bf16_is_fast, file_sha256, package_weights,
+                             recorded_sha256)
 from kbflow.errors import ConfigError, EmbeddingError
 from kbflow.extras import MissingExtraError
 from tests.conftest import CASES
@@ -159,6 +160,20 @@ def test_bf16_agrees_with_fp32(engine):
     bf16 = E5SmallEmbedder("bf16", threads=2)
     texts = real_texts()[:4]
     assert ((bf16.embed_passages(texts) * engine.passage(texts)).sum(axis=1) >= FP32_BAR).all()
+
+
+@pytest.mark.skipif(not bf16_is_fast(), reason="the fused bf16 products run only on a CPU with AMX tiles")
+def test_fused_bf16_products_agree_with_torchs_own_linear_gelu_and_sum():
+    """With AMX, bias, GELU and the residual sum run inside oneDNN's product; the vectors agree with the plain
+    torch ops in bf16 (min 0.99998 measured on 300 PostgreSQL chunks) and are not the same bits (the path ran)."""
+    bf16 = E5SmallEmbedder("bf16", threads=2)
+    texts = real_texts()
+    fused = bf16.embed_passages(texts)
+    assert bf16._engine.fused
+    bf16._engine.fused = False
+    plain = bf16.embed_passages(texts)
+    cosine = (fused * plain).sum(axis=1)
+    assert cosine.min() >= 0.9999 and not np.array_equal(fused, plain), cosine
 
 
 def test_a_bf16_vector_barely_depends_on_the_texts_batched_with_it():

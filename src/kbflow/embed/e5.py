@@ -183,13 +183,20 @@ class _LazyCounter:
 # --------------------------------------------------------------------------------------------------- engines
 
 class TorchEngine:
-    """The forward pass on torch (fp32 or bf16): one fused QKV product and scaled_dot_product_attention per layer."""
+    """The forward pass on torch (fp32 or bf16): one fused QKV product and scaled_dot_product_attention per layer.
+
+    In bf16 on a CPU with AMX tiles, each product runs as one oneDNN call with its bias, and the FFN's GELU or the
+    residual sum fused into it (``torch.ops.mkldnn._linear_pointwise``, what torch.compile emits for these
+    patterns): torch's own bf16 ``linear`` copies the bias into the output before the product and runs GELU and
+    the sum as passes of their own, a third of the layer's time beside products that AMX makes cheap
+    (docs/embedding.md). Elsewhere, and in fp32, torch's ``linear``, ``gelu`` and ``+``."""
 
     def __init__(self, model: Q4Model, dtype_name: str):
         import torch
 
         self.torch = torch
         self.dtype = torch.bfloat16 if dtype_name == "bf16" else torch.float32
+        self.fused = dtype_name == "bf16" and bf16_is_fast() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
         H, t = model.hidden, model.tensors
 
         def tensor(array):
@@ -215,6 +222,23 @@ class TorchEngine:
                 oln=(tensor(t[p + "oln.w"]), tensor(t[p + "oln.b"])),
             ))
 
+    def _linear(self, x, weight, bias):
+        if self.fused:
+            return self.torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+        return self.torch.nn.functional.linear(x, weight, bias)
+
+    def _linear_gelu(self, x, weight, bias):
+        """GELU (exact, erf) of the product."""
+        if self.fused:
+            return self.torch.ops.mkldnn._linear_pointwise(x, weight, bias, "gelu", [], "none")
+        return self.torch.nn.functional.gelu(self.torch.nn.functional.linear(x, weight, bias))
+
+    def _linear_add(self, x, weight, bias, residual):
+        """The product plus ``residual``."""
+        if self.fused:
+            return self.torch.ops.mkldnn._linear_pointwise.binary(x, residual, weight, bias, "add")
+        return residual + self.torch.nn.functional.linear(x, weight, bias)
+
     def __call__(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """Mean-pooled (not yet normalised) vectors of a padded batch ``ids[B, L]`` with ``mask[B, L]``."""
         torch = self.torch
@@ -223,16 +247,17 @@ class TorchEngine:
         H, NH = self.hidden, self.heads
         with torch.inference_mode():
             x = (torch.from_numpy(self.words.rows(ids)) + self.position[:L]).to(self.dtype)
-            x = F.layer_norm(x, (H,), *self.ln, self.eps)
+            x = F.layer_norm(x, (H,), *self.ln, self.eps).view(B * L, H)  # tokens as rows: 2-d products
             keep = torch.from_numpy(mask)
             attend = keep[:, None, None, :]
             for w in self.layers:
-                qkv = F.linear(x, w["qkv_w"], w["qkv_b"]).view(B, L, 3, NH, H // NH).permute(2, 0, 3, 1, 4)
+                qkv = self._linear(x, w["qkv_w"], w["qkv_b"]).view(B, L, 3, NH, H // NH).permute(2, 0, 3, 1, 4)
                 context = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], attn_mask=attend)
-                x = F.layer_norm(x + F.linear(context.transpose(1, 2).reshape(B, L, H), w["ao_w"], w["ao_b"]),
+                x = F.layer_norm(self._linear_add(context.transpose(1, 2).reshape(B * L, H), w["ao_w"], w["ao_b"], x),
                                  (H,), *w["aln"], self.eps)
-                x = F.layer_norm(x + F.linear(F.gelu(F.linear(x, w["fi_w"], w["fi_b"])), w["fo_w"], w["fo_b"]),
+                x = F.layer_norm(self._linear_add(self._linear_gelu(x, w["fi_w"], w["fi_b"]), w["fo_w"], w["fo_b"], x),
                                  (H,), *w["oln"], self.eps)
+            x = x.view(B, L, H)
             weights = keep.to(x.dtype)[..., None]
             return ((x * weights).sum(1) / weights.sum(1)).float().numpy()
 
