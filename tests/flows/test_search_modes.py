@@ -249,3 +249,37 @@ def test_a_searcher_opened_before_the_namespace_existed_finds_what_another_proce
     subprocess.run([sys.executable, "-m", "kbflow", "add-text", "Vacuum reclaims dead tuples.", "--doc-id",
                     "vacuum", "--namespace", "later", "-c", str(config_file)], check=True, capture_output=True)
     assert [h.source_path for h in served.search("reclaim dead tuples", mode="vector")][:1] == ["text:vacuum"]
+
+
+def test_a_long_lived_searcher_follows_a_clear_and_a_namespace_made_again_with_another_model(tmp_path, monkeypatch):
+    """`kbflow mcp` keeps its searcher for days. When another process clears the namespace, searches answer [];
+    when it is ingested again with another model of the same dimension (MiniLM, then e5: both 384-d), queries are
+    embedded by the new model, never by the old one into the new vectors."""
+    monkeypatch.delenv("KBFLOW__EMBEDDER__BACKEND", raising=False)  # embedder.backend auto: the namespace's own
+    config_file = tmp_path / "kb.yaml"
+    config_file.write_text(yaml.safe_dump({"data_dir": str(tmp_path / "data")}))
+
+    def kbflow(*argv: str, backend: str) -> None:
+        subprocess.run([sys.executable, "-m", "kbflow", *argv, "--namespace", "remade", "-c", str(config_file)],
+                       check=True, capture_output=True, env={**os.environ, "KBFLOW__EMBEDDER__BACKEND": backend})
+
+    texts = {"checkpoints": "Checkpoints flush dirty pages to disk.", "vacuum": "Vacuum reclaims dead tuples.",
+             "tea": "Green tea wants water at eighty degrees."}
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for name, text in texts.items():
+        (folder / f"{name}.txt").write_text(text + "\n", encoding="utf-8")
+    kbflow("ingest", str(folder), backend="local")
+    served = KnowledgeBase(namespace="remade", config=config_file)
+    assert served.search("reclaim dead tuples", mode="vector")[0].source_path.endswith("vacuum.txt")
+    assert served.searcher.embedder.model_id.startswith("st:")
+    kbflow("clear", "--yes", backend="local")
+    assert served.search("reclaim dead tuples") == []
+    kbflow("ingest", str(folder), backend="e5")
+    hits = served.search("reclaim dead tuples", mode="vector")
+    assert served.searcher.embedder.model_id.startswith("e5small-")
+    # the query in e5's space: the cosine e5 gives the pair (MiniLM's query vector against e5's would score ~0)
+    expected = float(served.searcher.embedder.embed_passages([hits[0].text])[0]
+                     @ served.searcher.embedder.embed_query("reclaim dead tuples"))
+    assert hits[0].source_path.endswith("vacuum.txt") and abs(hits[0].score - expected) < 1e-3, (hits[0].score,
+                                                                                               expected)

@@ -10,6 +10,7 @@ by RRF, so scores are RRF sums.
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Callable
@@ -23,6 +24,7 @@ from kbflow.errors import ConfigError
 from kbflow.state.manifest import NamespaceState
 from kbflow.search import fusion
 from kbflow.search.tokens import TOKENIZER_VERSION, terms_function
+from kbflow.storage import is_remote
 from kbflow.stores import Hit, SearchFilter, open_store
 
 MODES = ("vector", "bm25", "hybrid", "rerank", "graph")
@@ -57,12 +59,18 @@ def fuse(lists: dict[str, list[Hit]], settings) -> list[Hit]:
     return fusion.weighted(lists, {"vector": settings.vector_weight, "bm25": 1 - settings.vector_weight})
 
 
+def _model_of(meta: dict | None) -> tuple | None:
+    """What a searcher's embedder and store depend on in a namespace record."""
+    return None if meta is None else (meta.get("model_id"), meta.get("dimension"), meta.get("store_namespace"))
+
+
 class Searcher:
     def __init__(self, config: KbConfig, namespace: str | None = None):
         self.config = config
         self.namespace = check_namespace(namespace or config.namespace)
         self.state = NamespaceState(config.data_dir, self.namespace)
         self.store = None
+        self._stamp = self._record_stamp()  # before reading: a change in between is seen at the next search
         self._open(self.state.meta())
         self._reranker = None
         self._chat = None
@@ -72,6 +80,7 @@ class Searcher:
     def _open(self, meta: dict | None) -> None:
         """The namespace's embedder (its model's config files: weights load on first query), BM25 terms and store,
         as its record ``meta`` names them; no store while the namespace holds nothing."""
+        self._model = _model_of(meta)
         self.embedder = get_embedder(for_namespace(self.config.embedder, meta))
         # a query's BM25 terms in the version the namespace's rows hold (an upgrade's next ingest rewrites them)
         self._terms_version = (meta or {}).get("bm25_terms")
@@ -80,6 +89,32 @@ class Searcher:
             self.state.check_model(self.embedder.model_id, self.embedder.dimension)
             self.store = open_store(self.config, self.state.store_namespace(), self.embedder.dimension,
                                     for_search=True)
+
+    def _record_stamp(self) -> tuple | None:
+        """The namespace record file's identity on local disk (inode, mtime, size; "absent"), a few microseconds
+        per search; None in a bucket, where reading it per search would cost a request."""
+        if is_remote(self.state.meta_path):
+            return None
+        try:
+            found = os.stat(self.state.meta_path)
+        except FileNotFoundError:
+            return ("absent",)
+        return (found.st_ino, found.st_mtime_ns, found.st_size)
+
+    def _follow_record(self) -> None:
+        """Another process may have cleared the namespace, or cleared it and ingested again with another model, since
+        this searcher read its record (`kbflow mcp` runs for days): queries must then be embedded by the model the
+        vectors are in, never by the old one (same dimension, meaningless hits). Re-read the record when its file
+        changed, and re-open when its model or live table did; a cleared namespace answers []."""
+        stamp = self._record_stamp()
+        if stamp == self._stamp:
+            return
+        self._stamp = stamp
+        meta = self.state.meta()
+        if meta is None:
+            self.store, self._model = None, None
+        elif _model_of(meta) != self._model:
+            self._open(meta)
 
     # --- lazily built helpers ------------------------------------------------------------------------------
     @property
@@ -128,6 +163,7 @@ class Searcher:
             raise ConfigError("the query is empty; pass the text to look for")
         limit = limit or settings.limit
         min_score = settings.min_score if min_score is None else min_score
+        self._follow_record()
         if self.store is None:  # empty when opened: has another process written the namespace since?
             meta = self.state.meta()
             if meta is None:
