@@ -235,3 +235,62 @@ def test_html_markdown_is_markitdowns_of_the_cleaned_page(page):
     via_markitdown = MarkItDown().convert_stream(io.BytesIO(str(clean_soup(page)).encode("utf-8")),
                                                  stream_info=StreamInfo(extension=".html", charset="utf-8"))
     assert markitdown_markdown(clean_soup(page), "page.html") == via_markitdown.text_content
+
+
+class _ReferenceDepthProbe:
+    """The depth rule as a parse of its own (how pages were checked before the check moved into the one parse):
+    the reference the in-parse check must agree with."""
+
+    def __new__(cls, limit: int):
+        from html.parser import HTMLParser
+
+        from kbflow.convert.formats import html
+
+        class Probe(HTMLParser):
+            def __init__(self):
+                super().__init__(convert_charrefs=False)
+                self.stack: list[str] = []
+
+            def handle_starttag(self, tag, attrs):
+                html._open_tag(self.stack, tag, limit)
+
+            def handle_endtag(self, tag):
+                html._close_tag(self.stack, tag)
+
+        return Probe()
+
+
+def _refused(check, text: str) -> bool:
+    from kbflow.convert.formats.html import _TooDeep
+    from kbflow.errors import ConversionError
+
+    try:
+        check(text)
+    except (_TooDeep, ConversionError):
+        return True
+    return False
+
+
+def test_the_depth_check_inside_the_parse_refuses_exactly_what_a_parse_of_its_own_refused():
+    """Random markup of the cases that make nesting differ (void and self-closed elements, <p>/<li> siblings left
+    open, end tags with no match or closing several, script text that looks like tags, comments) and real pages,
+    at several limits: the in-parse check refuses a page exactly when the separate probe does, and the tree it
+    builds is Beautiful Soup's html.parser tree."""
+    import random
+
+    from bs4 import BeautifulSoup
+
+    from kbflow.convert.formats.html import _parse
+
+    rng = random.Random(5)
+    pieces = ["<div>", "</div>", "<p>", "</p>", "<li>", "<ul>", "</ul>", "<br>", "<br/>", "<img src=x>", "<span/>",
+              "<b>", "</b>", "</i>", "<td>", "<tr>", "<table>", "</table>", "text ", "<script>if (a<b) {'<div>'}"
+              "</script>", "<!-- <div> -->", "<section>", "</section>", "<x-y>", "</x-y>", "<spacer>", "&amp;"]
+    pages = ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 60))) for _ in range(400)]
+    pages += [path.read_text(encoding="utf-8") for path in sorted(CASES.rglob("*.html"))]
+    for limit in (2, 4, 7, 12, 30):
+        for page in pages:
+            expected = _refused(lambda text: _ReferenceDepthProbe(limit).feed(text), page)
+            assert _refused(lambda text: _parse(text, "page.html", limit), page) == expected, (limit, page[:200])
+    for page in pages[:100]:
+        assert str(_parse(page, "page.html", 400)) == str(BeautifulSoup(page, "html.parser"))

@@ -9,13 +9,13 @@
 - Permalinks are removed: the "¶" or "#" a documentation generator (Sphinx, MkDocs, Docusaurus...) puts after every
   heading and definition, linking to itself. Kept, they were link markup in every heading path the model reads
   before a chunk ("Methods[¶](#methods "Permalink to this heading")") and a self-link per definition in the graph.
-- Nesting deeper than ``convert.html_max_depth`` is refused before parsing (the converter is recursive).
+- Nesting deeper than ``convert.html_max_depth`` is refused while parsing, before the converter (recursive) sees
+  the tree.
 """
 
 from __future__ import annotations
 
 import re
-from html.parser import HTMLParser
 
 from kbflow.errors import ConversionError
 
@@ -41,38 +41,69 @@ class _TooDeep(Exception):
     pass
 
 
-class _DepthProbe(HTMLParser):
-    """Nesting depth as a browser would build it (an end tag closes up to its match; <p>/<li> close a sibling)."""
-
-    def __init__(self, limit: int):
-        super().__init__(convert_charrefs=False)
-        self.limit, self.deepest = limit, 0
-        self.stack: list[str] = []
-
-    def handle_starttag(self, tag, attrs):
-        if tag in _VOID:
-            return
-        if tag in _SELF_CLOSING_SIBLINGS and self.stack and self.stack[-1] == tag:
-            self.stack.pop()
-        self.stack.append(tag)
-        self.deepest = max(self.deepest, len(self.stack))
-        if self.deepest > self.limit:
-            raise _TooDeep
-
-    def handle_endtag(self, tag):
-        if tag in self.stack:
-            while self.stack and self.stack.pop() != tag:
-                pass
+def _open_tag(stack: list[str], tag: str, limit: int) -> None:
+    """Nesting as a browser would build it: void elements hold nothing, and a <p>, <li>... closes an open sibling
+    of its own name; deeper than ``limit`` is refused."""
+    if tag in _VOID:
+        return
+    if tag in _SELF_CLOSING_SIBLINGS and stack and stack[-1] == tag:
+        stack.pop()
+    stack.append(tag)
+    if len(stack) > limit:
+        raise _TooDeep
 
 
-def check_depth(text: str, source: str, limit: int) -> None:
-    probe = _DepthProbe(limit)
+def _close_tag(stack: list[str], tag: str) -> None:
+    """An end tag closes up to its match; one with no open match is ignored."""
+    if tag in stack:
+        while stack and stack.pop() != tag:
+            pass
+
+
+def _depth_limited_parser(limit: int):
+    """Beautiful Soup's html.parser, counting nesting on the tag events the tokenizer gives it (``_open_tag``,
+    ``_close_tag``): the depth is checked in the one parse the page needs, not in a parse of its own before it.
+    The end tags Beautiful Soup sends itself after an empty element's start are not the page's and are not
+    counted."""
+    from bs4.builder._htmlparser import BeautifulSoupHTMLParser
+
+    class DepthLimitedParser(BeautifulSoupHTMLParser):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.stack: list[str] = []
+            self.inside_start = False
+
+        def handle_starttag(self, tag, attrs, handle_empty_element=True):
+            _open_tag(self.stack, tag, limit)
+            self.inside_start = True
+            try:
+                super().handle_starttag(tag, attrs, handle_empty_element)
+            finally:
+                self.inside_start = False
+
+        def handle_endtag(self, tag, check_already_closed=True):
+            if not self.inside_start:
+                _close_tag(self.stack, tag)
+            super().handle_endtag(tag, check_already_closed)
+
+    return DepthLimitedParser
+
+
+def _parse(text: str, source: str, max_depth: int):
+    """The page's tree; nesting deeper than ``max_depth`` is refused as the parser reaches it."""
+    from bs4 import BeautifulSoup  # installed with markitdown
+    from bs4.builder import HTMLParserTreeBuilder
+
+    class Builder(HTMLParserTreeBuilder):
+        def feed(self, markup):
+            super().feed(markup, _parser_class=_depth_limited_parser(max_depth))
+
     try:
-        probe.feed(text)
+        return BeautifulSoup(text, builder=Builder())
     except _TooDeep:
         raise ConversionError(
-            f"{source}: HTML nested more than {limit} elements deep (convert.html_max_depth); such markup is generated "
-            "or malicious. Fix the page's markup, or exclude it with convert.exclude"
+            f"{source}: HTML nested more than {max_depth} elements deep (convert.html_max_depth); such markup is "
+            "generated or malicious. Fix the page's markup, or exclude it with convert.exclude"
         ) from None
 
 
@@ -148,16 +179,17 @@ def _permalink(link) -> bool:
     return link.get_text(strip=True) in PERMALINK_TEXTS
 
 
-def clean_soup(text: str):
-    """The parsed page, its content only, with section boundaries marked.
+def clean_soup(text: str, source: str = "page", max_depth: int = 200):
+    """The parsed page (refused past ``max_depth`` levels of nesting), its content only, with section boundaries
+    marked.
 
     One walk over the tree finds every candidate; the rules then apply in order (markup that is never content,
     page furniture, navigation classes, logo links and permalinks, navigation ids, ARIA landmarks, form inputs),
     each skipping what an earlier one removed: the same result as one ``find_all`` per rule, in a third of the
     time."""
-    from bs4 import BeautifulSoup, Tag  # installed with markitdown
+    from bs4 import Tag  # installed with markitdown
 
-    soup = BeautifulSoup(text, "html.parser")
+    soup = _parse(text, source, max_depth)
     drop, furniture, classed, links, ids, roles, inputs = [], [], [], [], [], [], []
     for element in soup.descendants:
         if not isinstance(element, Tag):
@@ -246,8 +278,7 @@ def convert_html(data: bytes, source: str, max_depth: int) -> tuple[str, str]:
     from kbflow.convert.formats.text import decode_text
 
     text, encoding = _decode_html(data, source, decode_text)
-    check_depth(text, source, max_depth)
-    return finish_markdown(markitdown_markdown(clean_soup(text), source)), encoding
+    return finish_markdown(markitdown_markdown(clean_soup(text, source, max_depth), source)), encoding
 
 
 def _decode_html(data: bytes, source: str, decode_text) -> tuple[str, str]:
