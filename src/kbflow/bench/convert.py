@@ -48,7 +48,7 @@ def _per_format(corpus: Path, options: ConvertConfig) -> tuple[dict, dict, list[
             entry["failed"] += 1
             failures.append({"source_path": source.source_path, "message": row["error"][:300]})
     for entry in stats.values():
-        entry["seconds"], entry["cpu_s"] = round(entry["seconds"], 3), round(entry["cpu_s"], 3)
+        entry["seconds"], entry["cpu_s"] = round(entry["seconds"], 6), round(entry["cpu_s"], 6)
         entry["files_per_s"] = round(entry["files"] / entry["seconds"], 3) if entry["seconds"] else None
         entry["mb_per_s"] = round(entry["bytes"] / 1e6 / entry["seconds"], 3) if entry["seconds"] else None
         entry["files_per_cpu_s"] = round(entry["files"] / entry["cpu_s"], 3) if entry["cpu_s"] else None
