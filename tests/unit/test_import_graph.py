@@ -40,6 +40,9 @@ THIRD_PARTY_PRIVATE_NAMES = {
     # torch: whether the kernel grants the AMX tiles and oneDNN runs bf16, which decide e5's precision
     ("kbflow.embed.e5", "_C"), ("kbflow.embed.e5", "_cpu"), ("kbflow.embed.e5", "_init_amx"),
     ("kbflow.embed.e5", "_is_mkldnn_bf16_supported"),
+    # torch: oneDNN's product with its bias and GELU or sum fused in, the op torch.compile emits for these patterns
+    # (bf16 on AMX; a test holds its vectors to torch's own linear, gelu and sum)
+    ("kbflow.embed.e5", "_linear_pointwise"),
 }
 # private names of other libraries' public API (namedtuple methods carry an underscore to avoid field names)
 PUBLIC_UNDERSCORE_NAMES = {"_replace", "_asdict", "_fields", "_make"}

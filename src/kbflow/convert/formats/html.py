@@ -92,7 +92,7 @@ def _depth_limited_parser(limit: int):
 def _parse(text: str, source: str, max_depth: int):
     """The page's tree; nesting deeper than ``max_depth`` is refused as the parser reaches it."""
     from bs4 import BeautifulSoup  # installed with markitdown
-    from bs4.builder import HTMLParserTreeBuilder
+    from bs4.builder._htmlparser import HTMLParserTreeBuilder
 
     class Builder(HTMLParserTreeBuilder):
         def feed(self, markup):
