@@ -237,27 +237,25 @@ def test_html_markdown_is_markitdowns_of_the_cleaned_page(page):
     assert markitdown_markdown(clean_soup(page), "page.html") == via_markitdown.text_content
 
 
-class _ReferenceDepthProbe:
+def _reference_depth_probe(limit: int):
     """The depth rule as a parse of its own (how pages were checked before the check moved into the one parse):
     the reference the in-parse check must agree with."""
+    from html.parser import HTMLParser
 
-    def __new__(cls, limit: int):
-        from html.parser import HTMLParser
+    from kbflow.convert.formats import html
 
-        from kbflow.convert.formats import html
+    class Probe(HTMLParser):
+        def __init__(self):
+            super().__init__(convert_charrefs=False)
+            self.stack: list[str] = []
 
-        class Probe(HTMLParser):
-            def __init__(self):
-                super().__init__(convert_charrefs=False)
-                self.stack: list[str] = []
+        def handle_starttag(self, tag, attrs):
+            html._open_tag(self.stack, tag, limit)
 
-            def handle_starttag(self, tag, attrs):
-                html._open_tag(self.stack, tag, limit)
+        def handle_endtag(self, tag):
+            html._close_tag(self.stack, tag)
 
-            def handle_endtag(self, tag):
-                html._close_tag(self.stack, tag)
-
-        return Probe()
+    return Probe()
 
 
 def _refused(check, text: str) -> bool:
@@ -290,7 +288,7 @@ def test_the_depth_check_inside_the_parse_refuses_exactly_what_a_parse_of_its_ow
     pages += [path.read_text(encoding="utf-8") for path in sorted(CASES.rglob("*.html"))]
     for limit in (2, 4, 7, 12, 30):
         for page in pages:
-            expected = _refused(lambda text: _ReferenceDepthProbe(limit).feed(text), page)
+            expected = _refused(lambda text: _reference_depth_probe(limit).feed(text), page)
             assert _refused(lambda text: _parse(text, "page.html", limit), page) == expected, (limit, page[:200])
     for page in pages[:100]:
         assert str(_parse(page, "page.html", 400)) == str(BeautifulSoup(page, "html.parser"))

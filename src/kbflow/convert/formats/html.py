@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from kbflow.errors import ConversionError
 
@@ -60,12 +61,13 @@ def _close_tag(stack: list[str], tag: str) -> None:
             pass
 
 
-def _depth_limited_parser(limit: int):
-    """Beautiful Soup's html.parser, counting nesting on the tag events the tokenizer gives it (``_open_tag``,
-    ``_close_tag``): the depth is checked in the one parse the page needs, not in a parse of its own before it.
-    The end tags Beautiful Soup sends itself after an empty element's start are not the page's and are not
-    counted."""
-    from bs4.builder._htmlparser import BeautifulSoupHTMLParser
+@lru_cache(maxsize=None)
+def _depth_limited_builder(limit: int):
+    """A Beautiful Soup tree builder (html.parser) whose parser counts nesting on the tag events the tokenizer gives
+    it (``_open_tag``, ``_close_tag``): the depth is checked in the one parse the page needs, not in a parse of its
+    own before it. The end tags Beautiful Soup sends itself after an empty element's start are not the page's and
+    are not counted. Made once per limit, not per page."""
+    from bs4.builder._htmlparser import BeautifulSoupHTMLParser, HTMLParserTreeBuilder
 
     class DepthLimitedParser(BeautifulSoupHTMLParser):
         def __init__(self, *args, **kwargs):
@@ -86,20 +88,19 @@ def _depth_limited_parser(limit: int):
                 _close_tag(self.stack, tag)
             super().handle_endtag(tag, check_already_closed)
 
-    return DepthLimitedParser
+    class DepthLimitedBuilder(HTMLParserTreeBuilder):
+        def feed(self, markup):
+            super().feed(markup, _parser_class=DepthLimitedParser)
+
+    return DepthLimitedBuilder
 
 
 def _parse(text: str, source: str, max_depth: int):
     """The page's tree; nesting deeper than ``max_depth`` is refused as the parser reaches it."""
     from bs4 import BeautifulSoup  # installed with markitdown
-    from bs4.builder._htmlparser import HTMLParserTreeBuilder
-
-    class Builder(HTMLParserTreeBuilder):
-        def feed(self, markup):
-            super().feed(markup, _parser_class=_depth_limited_parser(max_depth))
 
     try:
-        return BeautifulSoup(text, builder=Builder())
+        return BeautifulSoup(text, builder=_depth_limited_builder(max_depth)())
     except _TooDeep:
         raise ConversionError(
             f"{source}: HTML nested more than {max_depth} elements deep (convert.html_max_depth); such markup is "
