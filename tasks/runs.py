@@ -5,7 +5,9 @@ partial request completed from the deployment's own.
   schedule that meets a manual run. Flow runs therefore first take a slot of a Prefect global concurrency limit
   of 1 per namespace and data dir (``kbflow:<namespace>@<data dir hash>``, created on first use): the second run
   waits in the UI until the first is done, then runs. Dry runs only read and do not queue. The slot is a lease
-  (renewed every ``LEASE_S / 3`` while the run lives) and the holder records it beside the namespace lock; a run
+  (renewed every ``RENEW_S`` while the run lives, from a thread that carries the run's Prefect settings: a thread's
+  own context would have no API URL under a temporary or test server, and Prefect would start a server of its own
+  for the renewals) and the holder records it beside the namespace lock; a run
   killed on this host (kill -9, out of memory) therefore blocks nobody: the next run sees its holder's process is
   gone and releases the slot at once, as the engine takes over its lock. A holder on another host is waited for
   until its lease runs out (``LEASE_S``, then the server's repossessor service frees it).
@@ -16,6 +18,7 @@ partial request completed from the deployment's own.
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import json
 import logging
@@ -33,6 +36,7 @@ from kbflow.state.holders import alive
 from kbflow.storage import is_remote, location, write_bytes_atomic
 
 LEASE_S = 60.0  # how long a slot outlives a holder that stopped renewing it (a process on another host that died)
+RENEW_S = LEASE_S / 3  # how often a holder renews its slot's lease
 POLL_S = 2.0  # how often a waiting run asks for the slot again (and looks whether its holder died)
 
 
@@ -91,7 +95,7 @@ def _renew_until(stop: threading.Event, lease_id: str) -> None:
     from prefect import get_client
 
     with get_client(sync_client=True) as client:
-        while not stop.wait(LEASE_S / 3):
+        while not stop.wait(RENEW_S):
             try:
                 client.renew_concurrency_lease(UUID(lease_id), lease_duration=LEASE_S)
             except Exception as exc:  # a blip: the next renewal, well inside the lease, tries again; said, not hidden
@@ -113,7 +117,8 @@ def one_run_per_namespace(data_dir: str | Path, namespace: str):
     write_bytes_atomic(record, json.dumps({"lease_id": lease_id, "pid": os.getpid(), "host": socket.gethostname(),
                                            "started": time.time()}).encode("utf-8"), durable=False)
     stop = threading.Event()
-    renewer = threading.Thread(target=_renew_until, args=(stop, lease_id), name="kbflow-slot-lease", daemon=True)
+    renewer = threading.Thread(target=contextvars.copy_context().run, args=(_renew_until, stop, lease_id),
+                               name="kbflow-slot-lease", daemon=True)
     renewer.start()
     try:
         yield

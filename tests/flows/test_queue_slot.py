@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 
 import pytest
 from prefect import get_client
@@ -39,3 +40,37 @@ def test_a_failed_release_is_logged_and_the_runs_own_error_still_raised(tmp_path
     with caplog.at_level(logging.WARNING, logger="kbflow.engine"):
         with one_run_per_namespace(tmp_path, "gone2"):
             pass  # a run that succeeded is not turned into a failure by the release either
+
+
+def test_the_lease_is_renewed_on_the_server_the_run_reports_to(tmp_path, monkeypatch, caplog):
+    """The renewals come from a thread of their own; they reach the server this run's settings name (the test
+    server here, a process's temporary server for a library caller), not a server Prefect would start for a thread
+    whose context has no API URL, where every renewal would miss the lease and it would run out under a long run."""
+    from prefect.server.api.server import SubprocessASGIServer
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    import kbflow.tasks.runs as runs
+
+    renewed_at: list[str] = []
+    renew = SyncPrefectClient.renew_concurrency_lease
+
+    def recorded(self, lease_id, lease_duration):
+        renewed_at.append(str(self.api_url).rstrip("/"))
+        return renew(self, lease_id, lease_duration)
+
+    monkeypatch.setattr(SyncPrefectClient, "renew_concurrency_lease", recorded)
+    monkeypatch.setattr(runs, "RENEW_S", 0.3)
+    # the run names the test server by another spelling of its address, in its own settings only (as
+    # kbflow.tasks.server does for a temporary server): renewals that lost the run's settings would go by the
+    # process-wide server's spelling, or start a server of Prefect's own
+    url = PREFECT_API_URL.value().replace("127.0.0.1", "localhost")
+    assert url != PREFECT_API_URL.value()
+    servers_before = set(SubprocessASGIServer._instances)
+    with caplog.at_level(logging.WARNING, logger="kbflow.engine"), temporary_settings(updates={PREFECT_API_URL: url}):
+        with one_run_per_namespace(tmp_path, "renewed"):
+            deadline = time.monotonic() + 30
+            while len(renewed_at) < 2 and time.monotonic() < deadline:
+                time.sleep(0.1)
+    assert len(renewed_at) >= 2 and set(renewed_at) == {url.rstrip("/")}
+    assert "could not renew" not in caplog.text
+    assert set(SubprocessASGIServer._instances) == servers_before  # no server of Prefect's own was started
