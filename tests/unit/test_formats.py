@@ -292,3 +292,43 @@ def test_the_depth_check_inside_the_parse_refuses_exactly_what_a_parse_of_its_ow
             assert _refused(lambda text: _parse(text, "page.html", limit), page) == expected, (limit, page[:200])
     for page in pages[:100]:
         assert str(_parse(page, "page.html", 400)) == str(BeautifulSoup(page, "html.parser"))
+
+
+def test_the_cheaper_tag_answers_make_the_same_markdown_as_beautiful_soups_own(monkeypatch):
+    """The tag class the HTML converter parses into answers ``find_parent(name)`` by walking up and ``decomposed``
+    from a class attribute, and the cleaning pass collects the sectioning elements in its one walk. Random markup
+    of what those answers decide (<pre> and <code> around links and blocks, sections and articles with and without
+    headings, dropped navigation, furniture, classes, ids, roles, form controls, permalinks) and the real pages
+    convert to the same Markdown as with Beautiful Soup's own Tag, and the sections are what ``find_all`` finds."""
+    import random
+
+    from bs4.element import Tag
+
+    from kbflow.convert.formats import html
+
+    rng = random.Random(11)
+    pieces = ["<pre>", "</pre>", "<code>", "</code>", "<a href='#x'>¶</a>", "<a href='/p'>link</a>", "<a href=x><img "
+              "src=i></a>", "<section>", "</section>", "<article>", "</article>", "<h2>Title</h2>", "<p>", "</p>",
+              "<div class='sidebar'>", "<div id='nav'>", "<div role='navigation'>", "</div>", "<nav>", "</nav>",
+              "<header>", "</header>", "<footer>", "</footer>", "<main>", "</main>", "<input type=checkbox>",
+              "<li>", "<ul>", "</ul>", "<table><tr><td>", "</td></tr></table>", "text\n  more ", "<b>", "</b>",
+              "<script>x</script>", "<br>", "<kbd>", "</kbd>", "<blockquote>", "</blockquote>"]
+    pages = ["<html><body>" + "".join(rng.choice(pieces) for _ in range(rng.randint(1, 80))) for _ in range(300)]
+    pages += [path.read_text(encoding="utf-8") for path in sorted(CASES.rglob("*.htm*"))]
+    ours = [html.finish_markdown(html.markitdown_markdown(html.clean_soup(page, "page.html"), "page.html"))
+            for page in pages]
+
+    marked = html._mark_section_boundaries
+
+    def sections_as_find_all_finds(soup, sections):
+        assert sections == soup.find_all(html.SECTIONING) and all(a is b for a, b in zip(sections,
+                                                                                         soup.find_all(html.SECTIONING)))
+        marked(soup, sections)
+
+    monkeypatch.setattr(html, "_tag_class", lambda: Tag)
+    monkeypatch.setattr(html, "_mark_section_boundaries", sections_as_find_all_finds)
+    for page, markdown in zip(pages, ours):
+        soup = html.clean_soup(page, "page.html")
+        assert type(soup.find("body") or soup.find(True)) is Tag  # the reference is Beautiful Soup's own
+        assert html.finish_markdown(html.markitdown_markdown(soup, "page.html")) == markdown, page[:300]
+    assert len(pages) > 300 and sum("```" in markdown for markdown in ours) > 30  # the cases were met

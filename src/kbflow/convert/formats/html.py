@@ -95,12 +95,43 @@ def _depth_limited_builder(limit: int):
     return DepthLimitedBuilder
 
 
+@lru_cache(maxsize=None)
+def _tag_class():
+    """Beautiful Soup's Tag, two of its answers made cheap, the same answers (a test holds the pages' Markdown
+    equal to a parse with Beautiful Soup's Tag):
+
+    * ``find_parent(name)`` for a bare tag name is a walk up the parents. markdownify asks every tag it converts
+      (and markitdown every link) whether it sits inside a ``<pre>``; Beautiful Soup answers each time by building
+      a filter and matching it against every ancestor, about a quarter of a page's conversion. Any other query
+      goes to Beautiful Soup's own.
+    * ``decomposed`` of a live tag reads a class attribute. Beautiful Soup reads ``_decomposed``, which only a
+      decomposed tag has, so on any other its ``__getattr__`` searched the tag's whole subtree for a
+      ``<_decomposed>`` element, which no parser makes (a tag name starts with a letter)."""
+    from bs4.element import Tag
+
+    class ParentWalkingTag(Tag):
+        _decomposed = False  # decompose() sets True on the element itself
+
+        def find_parent(self, name=None, attrs={}, string=None, **kwargs):  # noqa: B006 - Beautiful Soup's signature
+            if not isinstance(name, str) or attrs or string is not None or kwargs:
+                return super().find_parent(name, attrs, string, **kwargs)
+            parent = self.parent
+            while parent is not None:
+                if parent.name == name:
+                    return parent
+                parent = parent.parent
+            return None
+
+    return ParentWalkingTag
+
+
 def _parse(text: str, source: str, max_depth: int):
     """The page's tree; nesting deeper than ``max_depth`` is refused as the parser reaches it."""
     from bs4 import BeautifulSoup  # installed with markitdown
+    from bs4.element import Tag
 
     try:
-        return BeautifulSoup(text, builder=_depth_limited_builder(max_depth)())
+        return BeautifulSoup(text, builder=_depth_limited_builder(max_depth)(), element_classes={Tag: _tag_class()})
     except _TooDeep:
         raise ConversionError(
             f"{source}: HTML nested more than {max_depth} elements deep (convert.html_max_depth); such markup is "
@@ -131,8 +162,10 @@ def _starts_with_heading(element) -> bool:
     return False
 
 
-def _mark_section_boundaries(soup) -> None:
-    for element in soup.find_all(SECTIONING):
+def _mark_section_boundaries(soup, sections: list) -> None:
+    """Break markers around each of ``sections`` (the page's sectioning elements, in document order) that does
+    not open with a heading, or is not followed by one."""
+    for element in sections:
         if not _starts_with_heading(element):
             element.insert_before(_marker(soup))
         following = element.next_sibling
@@ -191,11 +224,13 @@ def clean_soup(text: str, source: str = "page", max_depth: int = 200):
     from bs4 import Tag  # installed with markitdown
 
     soup = _parse(text, source, max_depth)
-    drop, furniture, classed, links, ids, roles, inputs = [], [], [], [], [], [], []
+    drop, furniture, classed, links, ids, roles, inputs, sections = [], [], [], [], [], [], [], []
     for element in soup.descendants:
         if not isinstance(element, Tag):
             continue
         name = element.name
+        if name in SECTIONING:
+            sections.append(element)
         if name in HTML_DROP_TAGS:
             drop.append(element)
         elif name in HTML_PAGE_FURNITURE:
@@ -237,7 +272,7 @@ def clean_soup(text: str, source: str = "page", max_depth: int = 200):
         # list's checkbox is ("[x] done")
         if not element.decomposed and not (element.get("type") == "checkbox" and _inside(element, ("li",))):
             element.decompose()
-    _mark_section_boundaries(soup)
+    _mark_section_boundaries(soup, [element for element in sections if not element.decomposed])
     return soup
 
 
