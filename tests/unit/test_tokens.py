@@ -129,6 +129,49 @@ def test_bm25_words_equal_jieba_on_the_whole_text(parts):
     assert bm25_tokens.words(text) == bm25_tokens._jieba_words(text)
 
 
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(list("aZ09._%-+#& ")), st.sampled_from(
+    ["v1.2", "3.14%", "1.5.7", "e.g.", "AT&T", "at&t", "c#", "C++", "cc++", "x-y", "50%%", "..", "数", "pg_stat", "9.x",
+     "CALL", "ATT", "AT", "SIM", "a" * 70])), max_size=40))
+def test_bm25_plain_blocks_split_without_jieba_as_jieba_splits_them(parts):
+    """Blocks of letters, digits, '.', '_', '%' and '-' are split by jieba's own non-Chinese rule without running
+    its segmenter; next to the characters that make jieba's dictionary matter ('+', '#', '&', Chinese, its
+    uppercase prefixes) the words stay jieba's."""
+    text = "".join(parts)
+    assert bm25_tokens.words(text) == bm25_tokens._jieba_words(text)
+    bm25_tokens._block_words.cache_clear()
+    assert bm25_tokens.words(text) == bm25_tokens._jieba_words(text)
+
+
+def test_bm25_plain_blocks_do_not_run_jieba(monkeypatch):
+    bm25_tokens._block_words.cache_clear()
+    bm25_tokens._jieba()
+    cut = []
+    monkeypatch.setattr(bm25_tokens, "_jieba_words", lambda block: cut.append(block) or [])
+    assert bm25_tokens.words("See pg_stat_activity, v1.2 and 50% of it") == ["see", "pg", "stat", "activity", "v1.2",
+                                                                              "and", "50%", "of", "it"]
+    assert bm25_tokens.words("C++ 数据库") == [] and cut == ["C++", "数据库"]
+
+
+def test_a_dictionary_with_a_plain_word_sends_plain_blocks_to_jieba(monkeypatch):
+    """The shortcut rests on jieba's dictionary holding no word of plain characters; one that does (a user's own
+    dictionary) turns it off."""
+    jieba = bm25_tokens._jieba()
+    try:
+        monkeypatch.setitem(jieba.dt.FREQ, "ab", 500_000)
+        monkeypatch.setattr(bm25_tokens, "_ready", False)
+        bm25_tokens._block_words.cache_clear()
+        bm25_tokens._jieba()
+        assert bm25_tokens._plain_split is None
+        assert bm25_tokens.words("xaby cab") == bm25_tokens._jieba_words("xaby cab") != ["xaby", "cab"]
+    finally:
+        monkeypatch.undo()
+        bm25_tokens._ready = False
+        bm25_tokens._block_words.cache_clear()
+        bm25_tokens._jieba()
+    assert bm25_tokens._plain_split is not None
+
+
 def test_bm25_words_segment_each_distinct_block_once():
     bm25_tokens._block_words.cache_clear()
     text = "The table and the index; the table again. 数据库 and 数据库 again"

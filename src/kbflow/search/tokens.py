@@ -29,18 +29,29 @@ _WORD = re.compile(r"[^\W_]", re.UNICODE)  # a token needs a letter, digit or CJ
 # repeat (English words, identifiers), so each distinct block is segmented once: the same words, ~10x less jieba.
 _BLOCK = re.compile("([\u4E00-\u9FD5a-zA-Z0-9+#&\\._%\\-]+)", re.U)
 _MEMO_BLOCK_CHARS = 64  # longer blocks (long CJK runs, URLs) rarely repeat: segmented without the memo
+# A block of these characters only (no Chinese, no '+', '#', '&'): jieba's dictionary holds no word of two or more
+# of them (checked when it loads), so its graph of the block has single characters only, the whole block goes to
+# its HMM segmenter's non-Chinese rule, and that splits it with this pattern (jieba.finalseg.re_skip); search mode
+# adds no part-words (none is in the dictionary). Such blocks are most of an English text's.
+_PLAIN_BLOCK = re.compile(r"[a-zA-Z0-9._%\-]+")
 _lock = threading.Lock()
 _ready = False
+_plain_split = None  # jieba.finalseg.re_skip once the dictionary is known to allow it; None: every block to jieba
 
 
 def _jieba():
-    global _ready
+    global _ready, _plain_split
     import jieba
 
     with _lock:
         if not _ready:
             jieba.setLogLevel(logging.WARNING)
             jieba.initialize()  # loads the packaged dictionary once (about a second)
+            from jieba import finalseg
+
+            plain_words = any(frequency and len(word) > 1 and _PLAIN_BLOCK.fullmatch(word)
+                              for word, frequency in jieba.dt.FREQ.items() if word.isascii())
+            _plain_split = None if plain_words else finalseg.re_skip
             _ready = True
     return jieba
 
@@ -51,9 +62,18 @@ def _jieba_words(text: str) -> list[str]:
     return [token for token in (t.strip().lower() for t in jieba.cut_for_search(text)) if token and _WORD.search(token)]
 
 
+def _segment(block: str) -> list[str]:
+    """``_jieba_words`` of one ``_BLOCK`` run; a plain one (``_PLAIN_BLOCK``) split as jieba would, without it."""
+    _jieba()
+    if _plain_split is not None and _PLAIN_BLOCK.fullmatch(block):
+        return [token for token in (piece.lower() for piece in _plain_split.split(block)) if token
+                and _WORD.search(token)]
+    return _jieba_words(block)
+
+
 @lru_cache(maxsize=200_000)
 def _block_words(block: str) -> tuple[str, ...]:
-    return tuple(_jieba_words(block))
+    return tuple(_segment(block))
 
 
 def words(text: str) -> list[str]:
@@ -65,7 +85,7 @@ def words(text: str) -> list[str]:
     parts = _BLOCK.split(text)  # gap, block, gap, ..., gap: the pattern's one group puts blocks at odd places
     for index, part in enumerate(parts):
         if index % 2:
-            found.extend(_block_words(part) if len(part) <= _MEMO_BLOCK_CHARS else _jieba_words(part))
+            found.extend(_block_words(part) if len(part) <= _MEMO_BLOCK_CHARS else _segment(part))
         elif part and _WORD.search(part):  # most gaps are spaces and punctuation: no word in them
             found.extend(token for token in (c.strip().lower() for c in part) if token and _WORD.search(token))
     return found
