@@ -332,3 +332,17 @@ def test_the_cheaper_tag_answers_make_the_same_markdown_as_beautiful_soups_own(m
         assert type(soup.find("body") or soup.find(True)) is Tag  # the reference is Beautiful Soup's own
         assert html.finish_markdown(html.markitdown_markdown(soup, "page.html")) == markdown, page[:300]
     assert len(pages) > 300 and sum("```" in markdown for markdown in ours) > 30  # the cases were met
+
+
+def test_an_html_page_converts_without_importing_the_markitdown_package():
+    """markitdown's package imports every converter it has (pandas, magika's ONNX model: ~2 s); an HTML page needs
+    its markdownify class alone, so a conversion worker that meets only pages never pays for the rest. The
+    Markdown is markitdown's own (test_html_markdown_is_markitdowns_of_the_cleaned_page)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from kbflow.convert.converters import convert_bytes; "
+            "md = convert_bytes(b'<h1>Title</h1><p>Some <b>bold</b> text</p>', 'a.html', 'a.html').markdown; "
+            "print(repr(md), 'markitdown' in sys.modules, 'magika' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["'#", "Title\\n\\nSome", "**bold**", "text\\n'", "False", "False"], out

@@ -84,6 +84,22 @@ def test_an_ingest_keeps_the_secret_out_of_the_store_and_every_snapshot(tmp_path
     assert all(hit.source_path != "docs/deploy.md" for hit in api.search("key", config=config, limit=10))
 
 
+def test_a_conversion_cached_while_the_scan_was_off_is_scanned_when_it_is_served(tmp_path):
+    """Fresh conversions are scanned where they are made (a conversion worker); one served from the conversion
+    cache is scanned as it is served, since the scan may have been off, or its rules older, when it was cached."""
+    from kbflow.convert.cache import ConversionCache
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "deploy.md").write_text("# Deploy\n\n" + PLANTED["GitHub Token"])
+    sources = scan([folder], "ns", ["*"], [])
+    cache = ConversionCache(tmp_path / "cache")
+    assert convert_batch(sources, ConvertConfig(secret_scan=False), cache).column("status").to_pylist() == ["ok"]
+    rows = convert_batch(sources, ConvertConfig(), cache).to_pylist()
+    assert [(row["status"], row["markdown"]) for row in rows] == [("failed", None)]
+    assert "GitHub Token" in rows[0]["error"]
+
+
 def test_a_document_stored_before_the_scan_leaves_the_store_when_it_is_scanned(tmp_path, real_embedder):
     folder = tmp_path / "docs"
     folder.mkdir()

@@ -240,7 +240,10 @@ def _convert_one(source: SourceFile, options: ConvertConfig) -> dict:
                     "simplify it or exclude it with convert.exclude")
     except Exception as exc:  # every failure is recorded, the batch goes on
         return _row(source, None, converter_fingerprint(options), f"{type(exc).__name__}: {exc}")
-    return _row(source, converted, "", None)
+    row = _row(source, converted, "", None)
+    if options.secret_scan:  # here, in the conversion worker, beside the other files' conversions
+        _hold_back_secrets(row, options)
+    return row
 
 
 def text_sources(texts: list[dict], namespace: str) -> list[SourceFile]:
@@ -339,6 +342,8 @@ def convert_batch(sources: list[SourceFile], options: ConvertConfig | None = Non
     for row in rows:
         if row is not None:  # same output, current fingerprint (it may differ in parts this format ignores)
             row["converter"] = f"{fingerprint}:{row['converter'].rsplit(':', 1)[-1]}"
+            if options.secret_scan:  # the scan may have been off, or its rules older, when it was cached
+                _hold_back_secrets(row, options)
     todo = [i for i, row in enumerate(rows) if row is None]
     report = on_file or (lambda done: None)
     report(len(sources) - len(todo))  # the cached ones
@@ -372,9 +377,6 @@ def convert_batch(sources: list[SourceFile], options: ConvertConfig | None = Non
     done = [row for row in rows if row is not None]
     if len(done) != len(rows):
         raise RuntimeError(f"{len(rows) - len(done)} of {len(rows)} files came back from conversion without a row")
-    if options.secret_scan:  # cached rows too: the scan may have been off, or its rules older, when they were made
-        for row in done:
-            _hold_back_secrets(row, options)
     if cache is not None:
         for i in todo:
             if done[i]["status"] == "ok":

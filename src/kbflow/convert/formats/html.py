@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
+from pathlib import Path
 
 from kbflow.errors import ConversionError
 
@@ -276,15 +277,38 @@ def clean_soup(text: str, source: str = "page", max_depth: int = 200):
     return soup
 
 
+@lru_cache(maxsize=None)
+def _markitdown_markdownify():
+    """markitdown's markdownify converter class (``markitdown.converters._markdownify``, which imports only the
+    standard library and markdownify). Where markitdown is not imported yet, its file is run as a module of its own
+    instead of through the ``markitdown`` package, whose ``__init__`` imports every converter it has (pandas,
+    magika's ONNX model, ...): 2.1 s in each conversion worker, for a class an HTML page needs alone."""
+    import importlib.util
+    import sys
+
+    imported = sys.modules.get("markitdown.converters._markdownify")
+    if imported is not None:
+        return imported._CustomMarkdownify
+    package = importlib.util.find_spec("markitdown")  # finds the package's folder without running its __init__
+    if package is None or package.origin is None:
+        raise ConversionError("markitdown is not installed; reinstall kbflow (`pip install kbflow`)")
+    spec = importlib.util.spec_from_file_location(
+        "kbflow.convert.formats._markitdown_markdownify", Path(package.origin).parent / "converters" / "_markdownify.py")
+    if spec is None or spec.loader is None:
+        raise ConversionError(f"markitdown's HTML converter is missing from {Path(package.origin).parent}; reinstall "
+                              "markitdown (`pip install --force-reinstall markitdown`)")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module._CustomMarkdownify
+
+
 def markitdown_markdown(soup, source: str) -> str:
     """What markitdown's HTML converter makes of ``soup``, without serialising it and parsing it again: the
     same steps (markdownify with markitdown's options on the body, then its line normalisation), half the time
     of a page's conversion. A test holds it equal to ``markitdown.convert_stream`` on the serialised soup."""
-    from markitdown.converters._markdownify import _CustomMarkdownify
-
     body = soup.find("body")
     try:
-        text = _CustomMarkdownify().convert_soup(body if body else soup).strip()
+        text = _markitdown_markdownify()().convert_soup(body if body else soup).strip()
     except RecursionError:  # markitdown would fall back to plain text; the depth check exists to prevent this
         raise ConversionError(f"{source}: HTML too deeply nested to convert; lower convert.html_max_depth so such "
                               "pages are refused before parsing, or exclude the page with convert.exclude") from None
