@@ -6,6 +6,9 @@ Set before Prefect and transformers read their settings; values already in the e
 from __future__ import annotations
 
 import os
+import sys
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 DEFAULTS = {
@@ -41,3 +44,33 @@ def user_cache_dir() -> Path:
     """kbflow's folder in the user's cache: $XDG_CACHE_HOME/kbflow (~/.cache/kbflow), for files derived from
     installed packages (the ONNX export, the joined Whisper weights)."""
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kbflow"
+
+
+# How often a thread that wants the GIL gets it from one that runs Python, during an ingest: the embedding thread
+# hands each of the model's operations to torch (which releases the GIL while it runs), and between two of them
+# waited up to Python's 5 ms for the chunking thread's turn to end, leaving the model's cores idle. Measured:
+# docs/benchmarks.md (research/gil_switch_interval.py)
+INGEST_SWITCH_INTERVAL_S = 0.0005
+_switch_lock = threading.Lock()
+_switch_users = 0
+_switch_before = 0.005
+
+
+@contextmanager
+def quick_gil_handoffs():
+    """Python's thread switch interval at ``INGEST_SWITCH_INTERVAL_S`` (or the process's own, if lower) while any
+    run in this process is inside the block; the process's value again once the last one leaves."""
+    global _switch_users, _switch_before
+    with _switch_lock:
+        if _switch_users == 0:
+            _switch_before = sys.getswitchinterval()
+            if _switch_before > INGEST_SWITCH_INTERVAL_S:
+                sys.setswitchinterval(INGEST_SWITCH_INTERVAL_S)
+        _switch_users += 1
+    try:
+        yield
+    finally:
+        with _switch_lock:
+            _switch_users -= 1
+            if _switch_users == 0 and _switch_before > INGEST_SWITCH_INTERVAL_S:
+                sys.setswitchinterval(_switch_before)

@@ -47,6 +47,7 @@ from kbflow.convert.secrets import SecretFound
 from kbflow.embed import get_embedder
 from kbflow.embed.base import Embedder
 from kbflow.embed.choice import for_namespace
+from kbflow.environment import quick_gil_handoffs
 from kbflow.engine import stages
 from kbflow.engine.embedding import embed_with_cache
 from kbflow.engine.plan import Fingerprints, Plan, check_deletion_guard, make_plan
@@ -158,7 +159,9 @@ def ingest(config: KbConfig, job: IngestJob, runner: StageRunner | None = None, 
     own_runner = runner is None
     runner = runner or DirectRunner(stages.policies(config), config.flow.max_workers + 1)
     try:
-        with run_conversion_pool():  # this run's conversion workers, when it needs them; stopped when it ends
+        # this run's conversion workers, when it needs them, stopped when it ends; the GIL handed over quickly to
+        # the embedding thread while the run's own threads convert and chunk
+        with run_conversion_pool(), quick_gil_handoffs():
             return _ingest(config, job, runner, run_id or new_run_id())
     finally:
         if own_runner:
