@@ -204,3 +204,17 @@ def test_query_terms_follow_the_version_the_rows_were_written_with():
     assert stored_terms_version([new, new]) == TOKENIZER_VERSION and stored_terms_version([old]) == WORDS_VERSION
     assert stored_terms_version([new, old]) is None and stored_terms_version([new, ""]) is None
     assert stored_terms_version([]) is None
+
+
+def test_stems_come_from_the_recorded_snowball_even_where_pystemmer_is_importable():
+    """snowballstemmer hands out PyStemmer's stemmer whenever a ``Stemmer`` module imports; its Snowball release may
+    differ from the one ``TOKENIZER_VERSION`` records, so the terms would differ between processes."""
+    import subprocess
+    import sys
+
+    code = ("import sys, types; fake = types.ModuleType('Stemmer'); fake.algorithms = lambda: ['english']\n"
+            "class Stemmer:\n    def __init__(self, name): pass\n    def stemWord(self, word): return 'X' + word\n"
+            "fake.Stemmer = Stemmer; sys.modules['Stemmer'] = fake\n"
+            "from kbflow.search.tokens import terms; print(terms('connections and indexes'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['connect', 'index']"

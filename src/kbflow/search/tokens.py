@@ -115,9 +115,12 @@ def _stem(word: str) -> str:
         return word
     with _stemmer_lock:  # a Snowball stemmer object keeps state between calls: one caller at a time
         if _stemmer is None:
-            import snowballstemmer
+            # the pure-Python stemmer of the installed snowballstemmer, whose version TOKENIZER_VERSION records:
+            # snowballstemmer.stemmer() hands out PyStemmer's C stemmer instead wherever PyStemmer is importable,
+            # which bundles its own (possibly other) Snowball release
+            from snowballstemmer.english_stemmer import EnglishStemmer
 
-            _stemmer = snowballstemmer.stemmer("english")
+            _stemmer = EnglishStemmer()
         return _stemmer.stemWord(word)
 
 
