@@ -241,8 +241,7 @@ def _convert_one(source: SourceFile, options: ConvertConfig) -> dict:
     except Exception as exc:  # every failure is recorded, the batch goes on
         return _row(source, None, converter_fingerprint(options), f"{type(exc).__name__}: {exc}")
     row = _row(source, converted, "", None)
-    if options.secret_scan:  # here, in the conversion worker, beside the other files' conversions
-        _hold_back_secrets(row, options)
+    _hold_back_secrets(row, options)  # here, in the conversion worker, beside the other files' conversions
     return row
 
 
@@ -264,7 +263,7 @@ def text_documents(sources: list[SourceFile], texts_by_path: dict[str, str],
     credential is a failure like a file's (``options.secret_scan``)."""
     rows = [_row(source, Converted(texts_by_path[source.source_path], converter_fingerprint(), "utf-8"), "", None)
             for source in sources]
-    if options is not None and options.secret_scan:
+    if options is not None:
         for row in rows:
             _hold_back_secrets(row, options)
     return pa.Table.from_pylist(rows, schema=DOCUMENTS)
@@ -342,8 +341,7 @@ def convert_batch(sources: list[SourceFile], options: ConvertConfig | None = Non
     for row in rows:
         if row is not None:  # same output, current fingerprint (it may differ in parts this format ignores)
             row["converter"] = f"{fingerprint}:{row['converter'].rsplit(':', 1)[-1]}"
-            if options.secret_scan:  # the scan may have been off, or its rules older, when it was cached
-                _hold_back_secrets(row, options)
+            _hold_back_secrets(row, options)  # the scan may have been off, or its rules older, when it was cached
     todo = [i for i, row in enumerate(rows) if row is None]
     report = on_file or (lambda done: None)
     report(len(sources) - len(todo))  # the cached ones
@@ -385,8 +383,9 @@ def convert_batch(sources: list[SourceFile], options: ConvertConfig | None = Non
 
 
 def _hold_back_secrets(row: dict, options: ConvertConfig) -> None:
-    """A converted row whose text holds a credential becomes a failure without its text (never stored)."""
-    if row["status"] != "ok" or not row["markdown"]:
+    """With ``options.secret_scan``, a converted row whose text holds a credential becomes a failure without its
+    text (never stored)."""
+    if not options.secret_scan or row["status"] != "ok" or not row["markdown"]:
         return
     try:
         check_secrets(row["markdown"], row["source_path"], options.secret_scan_allow)

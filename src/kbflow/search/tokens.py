@@ -56,18 +56,21 @@ def _jieba():
     return jieba
 
 
+def _kept(pieces) -> list[str]:
+    """``pieces`` stripped and lower-cased, without the empty ones and those with no letter, digit or CJK character."""
+    return [token for token in (piece.strip().lower() for piece in pieces) if token and _WORD.search(token)]
+
+
 def _jieba_words(text: str) -> list[str]:
     """The definition: jieba's search-mode segmentation of ``text``, lower-cased, without non-words."""
-    jieba = _jieba()
-    return [token for token in (t.strip().lower() for t in jieba.cut_for_search(text)) if token and _WORD.search(token)]
+    return _kept(_jieba().cut_for_search(text))
 
 
 def _segment(block: str) -> list[str]:
     """``_jieba_words`` of one ``_BLOCK`` run; a plain one (``_PLAIN_BLOCK``) split as jieba would, without it."""
     _jieba()
     if _plain_split is not None and _PLAIN_BLOCK.fullmatch(block):
-        return [token for token in (piece.lower() for piece in _plain_split.split(block)) if token
-                and _WORD.search(token)]
+        return _kept(_plain_split.split(block))
     return _jieba_words(block)
 
 
@@ -87,7 +90,7 @@ def words(text: str) -> list[str]:
         if index % 2:
             found.extend(_block_words(part) if len(part) <= _MEMO_BLOCK_CHARS else _segment(part))
         elif part and _WORD.search(part):  # most gaps are spaces and punctuation: no word in them
-            found.extend(token for token in (c.strip().lower() for c in part) if token and _WORD.search(token))
+            found.extend(_kept(part))  # each character of the gap alone, as jieba yields it
     return found
 
 
