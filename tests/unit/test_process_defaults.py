@@ -27,7 +27,8 @@ def test_values_the_user_set_are_kept():
         "OMP_WAIT_POLICY": "ACTIVE", "TOKENIZERS_PARALLELISM": "true"}
 
 
-def test_an_ingest_hands_the_gil_over_quickly_while_it_runs_and_gives_the_process_its_own_interval_back(tmp_path):
+def test_an_ingest_hands_the_gil_over_quickly_while_it_runs_and_gives_the_process_its_own_interval_back(tmp_path,
+                                                                                                       monkeypatch):
     """During an ingest Python's switch interval is 0.5 ms (the embedding thread waits less for the chunking
     thread's turn to end, docs/benchmarks.md); runs at once in threads keep it until the last one ends; a lower
     interval the process set itself is kept; after the runs the process has its own value back."""
@@ -43,11 +44,9 @@ def test_an_ingest_hands_the_gil_over_quickly_while_it_runs_and_gives_the_proces
         from kbflow.search import tokens
 
         words = tokens.words
-        try:
-            tokens.words = lambda text: seen.append(sys.getswitchinterval()) or words(text)  # type: ignore[assignment]
+        with monkeypatch.context() as patch:
+            patch.setattr(tokens, "words", lambda text: seen.append(sys.getswitchinterval()) or words(text))
             api.add_text("a sentence about backups", doc_id="one", data_dir=tmp_path)
-        finally:
-            tokens.words = words  # type: ignore[assignment]
         assert seen and set(seen) == {INGEST_SWITCH_INTERVAL_S} and sys.getswitchinterval() == 0.004
 
         inside, leave = threading.Event(), threading.Event()
