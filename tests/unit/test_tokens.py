@@ -168,6 +168,7 @@ def test_a_dictionary_with_a_plain_word_sends_plain_blocks_to_jieba(monkeypatch)
         monkeypatch.undo()
         bm25_tokens._ready = False
         bm25_tokens._block_words.cache_clear()
+        bm25_tokens._block_terms.cache_clear()
         bm25_tokens._jieba()
     assert bm25_tokens._plain_split is not None
 
@@ -218,3 +219,18 @@ def test_stems_come_from_the_recorded_snowball_even_where_pystemmer_is_importabl
             "from kbflow.search.tokens import terms; print(terms('connections and indexes'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "['connect', 'index']"
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.one_of(_BM25_ALPHABET, st.sampled_from(
+    ["The", "the ", "connections", "running", "pg_dump's", "isn't", "Ünïcode", "été", "数据库", "v1.2", "AT&T", "C++",
+     "x" * 70, "数" * 70, "Ran ", "indexes"])), max_size=50))
+def test_bm25_terms_are_the_stems_of_jiebas_words_without_stop_words(parts):
+    """The definition of ``terms``, whichever way a text takes (blocks' remembered terms, or word by word where a
+    word lies outside the blocks), and whether or not its blocks were seen before."""
+    text = "".join(parts)
+    expected = [bm25_tokens._stem(word) for word in bm25_tokens._jieba_words(text)
+                if word not in bm25_tokens.ENGLISH_STOP_WORDS]
+    assert bm25_tokens.terms(text) == expected
+    bm25_tokens._block_terms.cache_clear()
+    assert bm25_tokens.terms(text) == expected
