@@ -88,8 +88,14 @@ class ConvertConfig(_Section):
         "auto", description="Processes converting files in parallel: 1 converts in the flow's process; 'auto' uses "
         "one per core (at most 4) for a run that converts 200 files or more and converts in-process below that or "
         "where the process may not start children (a Dask worker).")
+    worker_nice: int = Field(
+        19, ge=0, le=19, description="Niceness of the conversion worker processes (workers > 1, on Linux): at 19 "
+        "they use the cores the embedding model leaves idle, so conversion running ahead of the model in an ingest "
+        "does not slow it, and a niced worker's time limit counts the CPU time it got; 0 shares the cores equally.")
     max_file_mb: float = Field(50.0, gt=0, description="Files larger than this are recorded as failures, not converted.")
-    timeout_s: float = Field(120.0, gt=0, description="Per-file conversion time limit, in seconds; with workers > 1 a stuck worker is killed.")
+    timeout_s: float = Field(120.0, gt=0, description="Per-file conversion time limit, in seconds (with workers > 1 "
+                             "a stuck worker is killed; a niced worker's limit is CPU seconds, and at most 4 times "
+                             "as many seconds of wall time).")
     include: list[str] = Field(default_factory=lambda: ["*"], description="Glob patterns of file names to ingest.")
     exclude: list[str] = Field(
         default_factory=lambda: [".*", "*~", "*.tmp", "Thumbs.db"],

@@ -10,7 +10,7 @@ import zipfile
 from kbflow.config import ConvertConfig
 from kbflow.convert.converters import convert_batch
 from kbflow.convert.cache import ConversionCache
-from kbflow.convert.pool import KillablePool
+from kbflow.convert.pool import KillablePool, cpu_seconds
 from kbflow.convert.scan import scan
 from tests.conftest import CASES
 
@@ -39,6 +39,55 @@ def test_a_stuck_job_is_killed_at_its_timeout_and_the_others_finish():
         assert len(killed) == 1
         pid = killed.pop()
         assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+
+
+def niceness() -> int:
+    return os.getpriority(os.PRIO_PROCESS, 0)
+
+
+def burn_cpu(seconds: float) -> str:
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+    return "burnt"
+
+
+def test_niced_workers_time_a_job_by_the_cpu_it_got_within_a_wall_time_bound():
+    """A niced worker waits for the cores the parent's model leaves it; a job that waited is not a stuck job. A job
+    without CPU (asleep here, as a starved one is) runs past its limit in wall time up to NICED_WALL_FACTOR times
+    it; one that used its limit of CPU is stopped; at equal priority the limit is wall time."""
+    own = niceness()
+    timeout = lambda i: "timeout"  # noqa: E731
+    crash = lambda i, code: "crash"  # noqa: E731
+    with KillablePool(1, niceness, nice=7) as pool:
+        assert pool.map([()], 30, timeout, crash) == [max(7, own)]
+    with KillablePool(1, sleep_then_pid, nice=7) as pool:
+        started = time.monotonic()
+        assert isinstance(pool.map([(2.5,)], 1, timeout, crash)[0], int)  # 2.5 s asleep with a 1 s limit: let run
+        assert pool.map([(60,)], 1, timeout, crash) == ["timeout"]  # but not past 4 x the limit
+        assert time.monotonic() - started < 2.5 + 4 + 5
+    with KillablePool(1, burn_cpu, nice=7) as pool:  # a job that used its 1 s of CPU: stopped at once
+        worker = pool.workers[0]
+        worker.start(0, (60,), 1, True)
+        while cpu_seconds(worker.process.pid) - worker.cpu_at_start < 1:
+            time.sleep(0.05)
+        assert not worker.extended(1, time.monotonic())
+        worker.kill()
+    with KillablePool(1, sleep_then_pid) as pool:
+        assert pool.map([(2.5,)], 1, timeout, crash) == ["timeout"]  # equal priority: wall time
+
+
+def test_conversion_workers_run_at_convert_worker_nice(tmp_path):
+    from kbflow.convert.converters import run_conversion_pool
+
+    for name in ("a.md", "b.md"):
+        (tmp_path / name).write_text(f"# {name}\n\ntext\n")
+    sources = scan([tmp_path], "ns", ["*"], [".*"])
+    with run_conversion_pool() as pool:
+        assert convert_batch(sources, ConvertConfig(workers=2, worker_nice=5)).column("status").to_pylist() == ["ok"] * 2
+        assert [os.getpriority(os.PRIO_PROCESS, w.process.pid) for w in pool._pool.workers] == [max(5, niceness())] * 2
+        convert_batch(sources, ConvertConfig(workers=2, worker_nice=0))  # another niceness: other workers
+        assert [os.getpriority(os.PRIO_PROCESS, w.process.pid) for w in pool._pool.workers] == [niceness()] * 2
 
 
 def test_a_worker_that_dies_is_reported_and_replaced():
@@ -78,7 +127,8 @@ def test_pool_timeout_becomes_a_failure_row(tmp_path):
     valve = threading.Thread(target=safety_valve, daemon=True)
     valve.start()
     try:
-        table = convert_batch(sources, ConvertConfig(workers=2, timeout_s=5))  # 5 s: quick.md's budget, not stuck's
+        # 5 s: quick.md's budget, not stuck's; workers at equal priority, so the limit is wall time
+        table = convert_batch(sources, ConvertConfig(workers=2, timeout_s=5, worker_nice=0))
     finally:
         finished.set()
         valve.join()

@@ -292,16 +292,17 @@ class ConversionPool:
 
     def __init__(self):
         self._pool = None
+        self._asked_nice = 0
         self._guard = threading.Lock()
 
-    def get(self, workers: int):
+    def get(self, workers: int, nice: int = 0):
         from kbflow.convert.pool import KillablePool
 
         with self._guard:
-            if self._pool is None or len(self._pool.workers) != workers:
+            if self._pool is None or len(self._pool.workers) != workers or self._asked_nice != nice:
                 if self._pool is not None:
                     self._pool.close()
-                self._pool = KillablePool(workers, _convert_one)
+                self._pool, self._asked_nice = KillablePool(workers, _convert_one, nice), nice
             return self._pool
 
     def close(self) -> None:
@@ -354,7 +355,8 @@ def convert_batch(sources: list[SourceFile], options: ConvertConfig | None = Non
         def timed_out(job: int) -> dict:
             return _row(sources[todo[job]], None, fingerprint,
                         f"ConversionError: {sources[todo[job]].source_path}: conversion took over convert.timeout_s "
-                        f"({options.timeout_s:g} s) and its worker was stopped; raise the limit or exclude the file")
+                        f"({options.timeout_s:g} s{limit_kind}) and its worker was stopped; raise the limit or "
+                        "exclude the file")
 
         def crashed(job: int, exitcode: int | None) -> dict:
             return _row(sources[todo[job]], None, fingerprint,
@@ -364,7 +366,11 @@ def convert_batch(sources: list[SourceFile], options: ConvertConfig | None = Non
         owner = _run_pool.get()  # a run's pool; a call outside any run starts workers for this call only
         pool = owner or ConversionPool()
         try:
-            results = pool.get(workers).map([(sources[i], options) for i in todo], options.timeout_s, timed_out,
+            from kbflow.convert.pool import NICED_WALL_FACTOR
+
+            workers_pool = pool.get(workers, options.worker_nice)
+            limit_kind = f" of CPU time, or {NICED_WALL_FACTOR}x that of wall time" if workers_pool.nice else ""
+            results = workers_pool.map([(sources[i], options) for i in todo], options.timeout_s, timed_out,
                                             crashed)
         finally:
             if owner is None:
