@@ -184,9 +184,10 @@ class FlowConfig(_Section):
     max_workers: int = Field(2, ge=1, le=64, description="Embed stage calls in flight at once (plus one "
                              "conversion running ahead).")
     embed_gather_docs: int = Field(
-        400, ge=1, le=5000, description="Documents whose chunks may wait, converted and chunked, until enough texts "
-        "are missing from the vector cache to fill the embed calls (embedder.task_batch x max_workers): an update "
-        "with few new texts per batch embeds them in full calls. Bounds the memory that waiting takes.")
+        400, ge=1, le=5000, description="Documents whose chunks may wait, converted and chunked, while the model "
+        "embeds earlier ones, until enough texts are missing from the vector cache to fill the embed calls "
+        "(embedder.task_batch x max_workers): an update with few new texts per batch embeds them in full calls. "
+        "A model with nothing to do gets the texts waiting at once. Bounds the memory that waiting takes.")
     orchestrator: Literal["auto", "prefect", "direct"] = Field(
         "auto", description="How `kbflow ingest`, `add-text`, `reembed` and the library run the engine: 'prefect' "
         "as a Prefect flow run (task runs, artifacts, logs in the UI); 'direct' in this process with the same "

@@ -455,6 +455,26 @@ def test_the_next_batch_is_chunked_while_the_last_ones_are_embedded(docs_dir, tm
     assert sum(len(m["chunk_ids"]) for m in manifest) == len(rows) == summary["store"]["count"]
 
 
+def test_an_idle_model_gets_the_first_batchs_texts_without_waiting_for_the_gather(docs_dir, tmp_path, counting,
+                                                                                  monkeypatch):
+    """While a round embeds, the next one gathers up to embedder.task_batch x max_workers missing texts or
+    flow.embed_gather_docs documents (here 1,024 or 400: four documents never fill it); the model, idle at the
+    run's start, gets the first batch's texts at once instead of all four documents' at the end."""
+    monkeypatch.setenv("KBFLOW__FLOW__DOC_BATCH", "1")
+    calls: list[list[str]] = []
+    counting.fail_when = lambda texts: calls.append(list(texts)) or None
+    data = tmp_path / "data"
+    summary = run(docs_dir, data)
+    assert summary["documents"]["new"] == 4 and summary["documents"]["failed"] == 0
+    first = pq.read_table(data / "runs" / "default" / summary["run_id"] / "chunks" / "part-00000.parquet")
+    first_texts = {prefix + text for prefix, text in zip(first.column("embed_prefix").to_pylist(),
+                                                        first.column("text").to_pylist())}
+    assert first_texts and set(calls[0]) <= first_texts
+    assert sum(map(len, calls)) == summary["chunks"]["embedded"] > len(first_texts)
+    rows, manifest = snapshot(data)
+    assert sum(len(m["chunk_ids"]) for m in manifest) == len(rows) == summary["store"]["count"]
+
+
 def test_a_large_run_converts_in_worker_processes_and_stops_them_at_the_end(docs_dir, tmp_path, counting, monkeypatch):
     """``convert.workers: auto`` (the default) converts a run of AUTO_WORKERS_MIN_FILES files or more in one process
     per core (at most AUTO_WORKERS_MAX), decided on the run's size, not a batch's; the processes end with the run,
@@ -471,7 +491,7 @@ def test_a_large_run_converts_in_worker_processes_and_stops_them_at_the_end(docs
     pools = []
     original = converters.ConversionPool.get
     monkeypatch.setattr(converters.ConversionPool, "get",
-                        lambda self, workers: pools.append(original(self, workers)) or pools[-1])
+                        lambda self, workers, nice=0: pools.append(original(self, workers, nice)) or pools[-1])
     summary = run(docs_dir, tmp_path / "pool")
     assert summary["documents"]["new"] == 4 and summary["documents"]["failed"] == 0
     assert pools and all(len(pool.workers) == min(cores, converters.AUTO_WORKERS_MAX) for pool in pools)

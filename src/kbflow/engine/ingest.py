@@ -352,13 +352,17 @@ def _ingest_batches(run: Run, plan: Plan, texts_by_path: dict[str, str]) -> None
                 pending = start_convert(index + 1) if index + 1 < len(batches) else None  # runs ahead
                 waiting.append(_chunked_batch(run, batch, index, file_docs, texts_by_path, len(todo), started))
                 del file_docs
-                # embedding waits until enough texts are missing from the cache to fill the embed calls, or enough
-                # documents wait: an update's few new texts per batch then go to the model in full calls
+                # while a round embeds, the next one gathers until enough texts are missing from the cache to fill
+                # the embed calls, or enough documents wait: an update's few new texts per batch then go to the
+                # model in full calls; a model with nothing to do (the run's first batch, a round that ended
+                # early) gets the misses waiting at once
                 misses = _misses(run, waiting[-1].chunks)
                 texts.add_known(len(misses - to_embed))  # the embed bar's total grows as batches are chunked
                 to_embed |= misses
                 waiting_misses += len(misses)
-                if (waiting_misses >= config.embedder.task_batch * config.flow.max_workers
+                idle = embedding is None or embedding.future.done()
+                if ((idle and waiting_misses)
+                        or waiting_misses >= config.embedder.task_batch * config.flow.max_workers
                         or sum(w.documents.num_rows for w in waiting) >= config.flow.embed_gather_docs):
                     embedding = _next_round(run, embedding, waiting, len(todo), background)
                     waiting_misses = 0
