@@ -363,15 +363,14 @@ def convert_batch(sources: list[SourceFile], options: ConvertConfig | None = Non
                         f"ConversionError: {sources[todo[job]].source_path}: the converter process died (exit code "
                         f"{exitcode}; out of memory?); exclude the file or convert it with workers: 1 to see the error")
 
+        from kbflow.convert.pool import NICED_WALL_FACTOR
+
         owner = _run_pool.get()  # a run's pool; a call outside any run starts workers for this call only
         pool = owner or ConversionPool()
         try:
-            from kbflow.convert.pool import NICED_WALL_FACTOR
-
             workers_pool = pool.get(workers, options.worker_nice)
             limit_kind = f" of CPU time, or {NICED_WALL_FACTOR}x that of wall time" if workers_pool.nice else ""
-            results = workers_pool.map([(sources[i], options) for i in todo], options.timeout_s, timed_out,
-                                            crashed)
+            results = workers_pool.map([(sources[i], options) for i in todo], options.timeout_s, timed_out, crashed)
         finally:
             if owner is None:
                 pool.close()
