@@ -36,9 +36,9 @@ def _pools_used(monkeypatch) -> dict[str, set[int]]:
         converting.namespace = sources[0].source_path.split("/")[0] if sources else None
         return convert_batch(sources, *args, **kwargs)
 
-    def spy_get(pool, workers):
+    def spy_get(pool, workers, nice=0):
         used.setdefault(converting.namespace, set()).add(id(pool))
-        return get(pool, workers)
+        return get(pool, workers, nice)
 
     monkeypatch.setattr(stages, "convert_batch", spy_convert)
     monkeypatch.setattr(converters.ConversionPool, "get", spy_get)

@@ -7,10 +7,12 @@ import threading
 import time
 import zipfile
 
+import pytest
+
 from kbflow.config import ConvertConfig
 from kbflow.convert.converters import convert_batch
 from kbflow.convert.cache import ConversionCache
-from kbflow.convert.pool import KillablePool, cpu_seconds
+from kbflow.convert.pool import KillablePool, can_nice, cpu_seconds
 from kbflow.convert.scan import scan
 from tests.conftest import CASES
 
@@ -52,6 +54,10 @@ def burn_cpu(seconds: float) -> str:
     return "burnt"
 
 
+NICING = pytest.mark.skipif(not can_nice(), reason="workers are niced only where their CPU time can be read (Linux)")
+
+
+@NICING
 def test_niced_workers_time_a_job_by_the_cpu_it_got_within_a_wall_time_bound():
     """A niced worker waits for the cores the parent's model leaves it; a job that waited is not a stuck job. A job
     without CPU (asleep here, as a starved one is) runs past its limit in wall time up to NICED_WALL_FACTOR times
@@ -77,6 +83,7 @@ def test_niced_workers_time_a_job_by_the_cpu_it_got_within_a_wall_time_bound():
         assert pool.map([(2.5,)], 1, timeout, crash) == ["timeout"]  # equal priority: wall time
 
 
+@NICING
 def test_conversion_workers_run_at_convert_worker_nice(tmp_path):
     from kbflow.convert.converters import run_conversion_pool
 

@@ -43,9 +43,9 @@ def test_an_ingest_hands_the_gil_over_quickly_while_it_runs_and_gives_the_proces
     try:
         from kbflow.search import tokens
 
-        words = tokens.words
+        terms = tokens.terms  # the chunk stage's BM25 terms: called while the run chunks
         with monkeypatch.context() as patch:
-            patch.setattr(tokens, "words", lambda text: seen.append(sys.getswitchinterval()) or words(text))
+            patch.setattr(tokens, "terms", lambda text: seen.append(sys.getswitchinterval()) or terms(text))
             api.add_text("a sentence about backups", doc_id="one", data_dir=tmp_path)
         assert seen and set(seen) == {INGEST_SWITCH_INTERVAL_S} and sys.getswitchinterval() == 0.004
 
