@@ -17,48 +17,22 @@ Reproduce (a few minutes on 2 cores, nothing else running; Linux):
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import tempfile
-import threading
 import time
 from pathlib import Path
 
-from kbflow.bench.common import corpus_dir, machine
+from model_beside import PAGES, TEXTS, WARM_PAGES, ModelWorkload, study_main
 
 NICES = (0, 10, 19)
-TEXTS, MODEL_BATCH, PAGES, WORKERS = 352, 32, 540, 2
+WORKERS = 2
 
 
 def measure(corpus: Path, rounds: int) -> list[dict]:
-    from kbflow.chunk.chunker import chunker_fingerprint
-    from kbflow.config import load_config
-    from kbflow.convert.converters import _convert_one, convert_batch
+    from kbflow.convert.converters import _convert_one
     from kbflow.convert.pool import KillablePool
-    from kbflow.convert.scan import scan
-    from kbflow.embed import get_embedder
-    from kbflow.engine import stages
-    from kbflow.engine.rows import resolve_chunk_tokens
 
-    config = load_config()
-    embedder = get_embedder(config.embedder)
-    files = [f for f in scan([corpus], "nice", config.convert.include, config.convert.exclude)
-             if f.source_path.endswith(".html")][:60 + PAGES]
-    docs = convert_batch(files[:60], config.convert.model_copy(update={"workers": 1}))
-    tokens = resolve_chunk_tokens(config.chunking, embedder.max_tokens, embedder.model_id)
-    counter = embedder.token_counter()
-    chunker = chunker_fingerprint(counter, tokens, config.chunking.overlap_tokens, config.chunking.heading_prefix)
-    texts = stages.chunk(docs, stages.split(docs), counter, tokens, config.chunking,
-                         chunker).column("text").to_pylist()[:TEXTS]
-    embedder.embed_documents(texts[:8])  # warm
-    jobs = [(source, config.convert) for source in files[60:]]
-
-    def model() -> float:
-        started = time.perf_counter()
-        for start in range(0, len(texts), MODEL_BATCH):
-            embedder.embed_documents(texts[start:start + MODEL_BATCH])
-        return time.perf_counter() - started
+    workload = ModelWorkload(corpus, "nice")
+    jobs = [(source, workload.config.convert) for source in workload.files[WARM_PAGES:]]
 
     def convert(nice: int) -> float:
         with KillablePool(WORKERS, _convert_one) as pool:
@@ -73,46 +47,30 @@ def measure(corpus: Path, rounds: int) -> list[dict]:
 
     runs = []
     for round_number in range(rounds):
-        model_alone, convert_alone = model(), convert(0)
+        model_alone, convert_alone = workload.model(), convert(0)
         for nice in NICES if round_number % 2 == 0 else NICES[::-1]:
-            result: dict = {}
-            thread = threading.Thread(target=lambda: result.update(model=model()))
-            started = time.perf_counter()
-            thread.start()
-            result["convert"] = convert(nice)
-            thread.join()
-            both = time.perf_counter() - started
+            result = workload.beside(lambda: convert(nice))
             runs.append({"round": round_number, "worker_nice": nice, "model_alone_s": round(model_alone, 3),
                          "conversion_alone_s": round(convert_alone, 3),
                          "model_beside_conversion_s": round(result["model"], 3),
-                         "conversion_beside_model_s": round(result["convert"], 3), "both_done_s": round(both, 3),
+                         "conversion_beside_model_s": round(result["other"], 3),
+                         "both_done_s": round(result["both"], 3),
                          "model_slowdown": round(result["model"] / model_alone, 4),
-                         "both_over_model_alone": round(both / model_alone, 4)})
+                         "both_over_model_alone": round(result["both"] / model_alone, 4)})
             print(runs[-1], flush=True)
     return runs
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--corpus", type=Path, required=True)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--rounds", type=int, default=4)
-    args = parser.parse_args()
-    folder = corpus_dir(args.corpus, Path(tempfile.mkdtemp(prefix="kbflow-nice-")) / "corpus")
-    started_machine = machine()
-    runs = measure(folder, args.rounds)
+def study(corpus: Path, rounds: int) -> dict:
+    runs = measure(corpus, rounds)
 
     def mean(key: str, nice: int) -> float:
-        return round(sum(r[key] for r in runs if r["worker_nice"] == nice) / args.rounds, 4)
+        return round(sum(r[key] for r in runs if r["worker_nice"] == nice) / rounds, 4)
 
-    out = {"corpus": args.corpus.name, "texts": TEXTS, "pages_converted_beside": PAGES, "workers": WORKERS,
-           "runs": runs,
-           "mean_model_slowdown": {str(nice): mean("model_slowdown", nice) for nice in NICES},
-           "mean_both_over_model_alone": {str(nice): mean("both_over_model_alone", nice) for nice in NICES},
-           "machine": started_machine,
-           "command": "research/conversion_nice.py --corpus postgresql-15.20-html.tar.xz"}
-    args.out.write_text(json.dumps(out, indent=2) + "\n")
+    return {"texts": TEXTS, "pages_converted_beside": PAGES, "workers": WORKERS, "runs": runs,
+            "mean_model_slowdown": {str(nice): mean("model_slowdown", nice) for nice in NICES},
+            "mean_both_over_model_alone": {str(nice): mean("both_over_model_alone", nice) for nice in NICES}}
 
 
 if __name__ == "__main__":
-    main()
+    study_main(__doc__, "conversion_nice.py", 4, study)
