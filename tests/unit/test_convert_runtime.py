@@ -104,6 +104,19 @@ def test_a_worker_that_dies_is_reported_and_replaced():
         assert pool.workers[0].process.is_alive()
 
 
+def test_a_worker_killed_between_jobs_is_replaced_and_the_next_job_runs():
+    """An idle worker the OOM killer (or anyone) ends between two batches: the next batch's job goes to a new
+    worker instead of failing the batch on the dead one's pipe."""
+    import signal
+
+    with KillablePool(1, sleep_then_pid) as pool:
+        dead = pool.workers[0].process
+        os.kill(dead.pid, signal.SIGKILL)
+        dead.join(5)
+        [pid] = pool.map([(0,)], timeout_s=30, on_timeout=lambda i: "timeout", on_crash=lambda i, code: "crash")
+        assert pid != dead.pid and pid == pool.workers[0].process.pid
+
+
 def test_pool_timeout_becomes_a_failure_row(tmp_path):
     """End to end through convert_batch: a document whose conversion can never finish is stopped at its timeout.
 

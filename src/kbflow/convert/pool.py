@@ -119,7 +119,12 @@ class KillablePool:
             for worker in self.workers:
                 if worker.job is None and pending:
                     index = pending.pop()
-                    worker.start(index, jobs[index], timeout_s, self.nice > 0)
+                    try:
+                        worker.start(index, jobs[index], timeout_s, self.nice > 0)
+                    except OSError:  # it died between jobs (the OOM killer, a signal): the job goes to a new one
+                        pending.append(index)
+                        self._replace(worker)
+                        continue
                     busy[worker.conn] = worker
             if not busy:
                 continue
