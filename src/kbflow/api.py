@@ -13,6 +13,7 @@ from pathlib import Path
 from kbflow.environment import set_quiet_offline_defaults
 
 from kbflow.config import KbConfig, check_namespace  # noqa: E402
+from kbflow.convert.converters import without_nul  # noqa: E402
 from kbflow.convert.objects import is_url  # noqa: E402
 from kbflow.engine.ingest import IngestJob  # noqa: E402
 from kbflow.engine.reembed import reembed as run_engine_reembed  # noqa: E402
@@ -65,7 +66,7 @@ def add_document(path: str | Path, namespace: str | None = None, config: KbConfi
 def add_text(text: str, doc_id: str, namespace: str | None = None, config: KbConfig | str | Path | None = None,
              data_dir: str | Path | None = None) -> dict:
     """Add (or replace) one text as a document with a caller-chosen id."""
-    if not text.strip():
+    if not without_nul(text).strip():  # NULs are removed from every text (they carry none)
         raise ConfigError("add_text got an empty text; pass the text to add")
     if not doc_id.strip():
         raise ConfigError("add_text needs a non-empty doc_id")

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from kbflow.cli import app
 from kbflow.config import ConvertConfig
 from kbflow.convert.converters import convert_batch
+from kbflow.errors import ConfigError
 from kbflow.engine.rows import conversion_failures
 from kbflow.convert.scan import scan
 from tests.conftest import CASES
@@ -108,3 +109,44 @@ def test_kbflow_convert_exits_1_and_lists_every_failure(bad_dir, tmp_path):
     summary = json.loads(result.stdout)
     assert summary["failed"] == len(EXPECTED_FAILURES) and summary["converted"] == len(EXPECTED_OK)
     assert (tmp_path / "md" / "bad" / "名字 with spaces.md.md").read_text(encoding="utf-8").startswith("# 名字")
+
+
+def test_nul_characters_leave_every_documents_text_and_every_query(tmp_path, monkeypatch):
+    """The e5 tokenizer reads a text only up to its first NUL: a chunk holding one was embedded up to it and
+    counted as that short. NULs carry no text (a browser drops them; UTF-16 read as 8-bit text has one after every
+    letter), so a page's, a literal text's and a cached conversion's Markdown lose them, and so does a query."""
+    from kbflow import api
+    from kbflow.convert.cache import ConversionCache
+    from kbflow.convert.converters import text_documents, text_sources
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "page.html").write_bytes(b"<html><body><h1>Restore</h1><p>Stop the server\x00 before restoring the "
+                                     b"backup, then start it.</p></body></html>")
+    sources = scan([docs], "t", ["*"], [])
+    cache = ConversionCache(tmp_path / "cache")
+    [page] = convert_batch(sources, ConvertConfig(workers=1), cache).to_pylist()
+    assert page["status"] == "ok" and "Stop the server before restoring the backup" in page["markdown"]
+    assert "\x00" not in page["markdown"]
+    [cached] = [path for path in (tmp_path / "cache").rglob("*") if path.is_file()]  # as an older kbflow kept it
+    stored = cached.read_bytes()
+    assert b"server before" in stored
+    cached.write_bytes(stored.replace(b"server before", b"server\\u0000 before"))
+    [again] = convert_batch(sources, ConvertConfig(workers=1), cache).to_pylist()
+    assert again["markdown"] == page["markdown"]
+
+    text = "h\x00e\x00l\x00l\x00o\x00 world"  # UTF-16 read as Latin-1
+    [literal] = text_documents(text_sources([{"doc_id": "note", "text": text}], "t"), {"text:note": text}).to_pylist()
+    assert literal["markdown"] == "hello world"
+
+    with pytest.raises(ConfigError, match="empty text"):
+        api.add_text("\x00\x00 \x00", "nothing", data_dir=tmp_path / "data")
+
+    monkeypatch.setenv("KBFLOW__EMBEDDER__BACKEND", "e5")  # the tokenizer that stops at a NUL
+    api.add_text("Keep seven daily backups. " * 3 + "Restore them monthly to a scratch server.", "note",
+                 data_dir=tmp_path / "data")
+    api.add_text("Tea brews best at 80 degrees for three minutes.", "tea", data_dir=tmp_path / "data")
+    plain = api.search("keep seven daily backups and restore them", data_dir=tmp_path / "data", mode="vector")
+    with_nul = api.search("keep\x00 seven daily backups and restore them", data_dir=tmp_path / "data", mode="vector")
+    assert [(hit.chunk_id, round(hit.score, 5)) for hit in with_nul] == [(hit.chunk_id, round(hit.score, 5))
+                                                                         for hit in plain]

@@ -123,6 +123,13 @@ def _markitdown_convert(data: bytes, suffix: str, source: str) -> str:
     return markdown
 
 
+def without_nul(markdown: str) -> str:
+    """``markdown`` without NUL characters (U+0000). No format uses them as text (a browser drops them from a
+    page; most come from UTF-16 read as 8-bit text, one after every letter), and the e5 tokenizer reads a text
+    only up to its first one, so a chunk holding one would be embedded up to it and counted as that short."""
+    return markdown.replace("\x00", "") if "\x00" in markdown else markdown
+
+
 def convert_bytes(data: bytes, name: str, source: str, options: ConvertConfig | None = None) -> Converted:
     """Markdown of one file's bytes; ``name`` (its file name) selects the format. Raises ConversionError."""
     options = options or ConvertConfig()
@@ -154,6 +161,7 @@ def convert_bytes(data: bytes, name: str, source: str, options: ConvertConfig | 
         markdown, path = _markitdown_convert(data, suffix, source), f"markitdown{suffix}"
     else:
         markdown, encoding, path = _convert_text_like(data, name, suffix, source, options)
+    markdown = without_nul(markdown)
     if not markdown.strip():
         raise ConversionError(f"{source}: conversion produced no text (blank page, silent audio, or an image without "
                               "legible text?); supply a text version or exclude it with convert.exclude")
@@ -261,8 +269,8 @@ def text_documents(sources: list[SourceFile], texts_by_path: dict[str, str],
                    options: ConvertConfig | None = None) -> pa.Table:
     """Documents rows for literal texts: the text is its own Markdown, nothing to convert; one holding a
     credential is a failure like a file's (``options.secret_scan``)."""
-    rows = [_row(source, Converted(texts_by_path[source.source_path], converter_fingerprint(), "utf-8"), "", None)
-            for source in sources]
+    rows = [_row(source, Converted(without_nul(texts_by_path[source.source_path]), converter_fingerprint(), "utf-8"),
+                 "", None) for source in sources]
     if options is not None:
         for row in rows:
             _hold_back_secrets(row, options)
@@ -342,6 +350,7 @@ def convert_batch(sources: list[SourceFile], options: ConvertConfig | None = Non
     for row in rows:
         if row is not None:  # same output, current fingerprint (it may differ in parts this format ignores)
             row["converter"] = f"{fingerprint}:{row['converter'].rsplit(':', 1)[-1]}"
+            row["markdown"] = without_nul(row["markdown"])  # cached before NULs were removed
             _hold_back_secrets(row, options)  # the scan may have been off, or its rules older, when it was cached
     todo = [i for i, row in enumerate(rows) if row is None]
     report = on_file or (lambda done: None)

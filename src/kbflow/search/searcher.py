@@ -159,6 +159,8 @@ class Searcher:
             raise ConfigError(f"search mode {mode!r} is unknown; use one of {', '.join(MODES)}")
         if expand is not None and expand not in EXPANSIONS:
             raise ConfigError(f"query expansion {expand!r} is unknown; use one of {', '.join(EXPANSIONS)}")
+        query = query.replace("\x00", "")  # as in stored texts (kbflow.convert.converters.without_nul): the e5
+        # tokenizer would read the query only up to its first NUL
         if not query.strip():
             raise ConfigError("the query is empty; pass the text to look for")
         limit = limit or settings.limit
