@@ -101,3 +101,31 @@ def test_search_with_the_copy_off_reads_the_bucket(bucket_kb, monkeypatch):
     searcher = Searcher(load_config(data_dir=data))
     assert searcher.store.mirror is None
     assert _sources(searcher.search("green tea", limit=1)) == ["text:tea.md"]
+
+
+@pytest.mark.parametrize("copy", ["on", "off"])
+def test_a_long_lived_searcher_of_a_bucket_follows_a_namespace_made_again_with_another_model(bucket_kb, monkeypatch,
+                                                                                             copy):
+    """`kbflow mcp` on a bucket keeps its searcher for days. Another process clears the namespace and ingests it
+    again with another model of the same dimension (MiniLM, then e5: both 384-d): the query is embedded by the new
+    model, never by the old one into the new vectors. With the table copy on, its fetching the new table is the
+    sign to read the namespace's record; with it off, the record is read every search."""
+    client, data = bucket_kb
+    monkeypatch.setenv("KBFLOW__STORE__MIRROR", "true" if copy == "on" else "false")
+    for text, name in ((TEA, "tea.md"), (COFFEE, "coffee.md")):
+        api.add_text(text, name, data_dir=data)  # the suite's MiniLM
+    monkeypatch.delenv("KBFLOW__EMBEDDER__BACKEND")  # the searcher's embedder.backend: auto, the namespace's own
+    searcher = Searcher(load_config(data_dir=data))
+    assert searcher.embedder.model_id.startswith("st:") and (searcher.store.mirror is not None) == (copy == "on")
+    assert _sources(searcher.search("coffee french press", mode="vector", limit=1)) == ["text:coffee.md"]
+
+    monkeypatch.setenv("KBFLOW__EMBEDDER__BACKEND", "e5")  # another writer, another model
+    api.clear("default", data_dir=data)
+    for text, name in ((TEA, "tea.md"), (COFFEE, "coffee.md")):
+        api.add_text(text, name, data_dir=data)
+    hits = searcher.search("coffee french press", mode="vector", limit=1)
+    assert searcher.embedder.model_id.startswith("e5small-")
+    # the query in e5's space: the cosine e5 gives the pair (MiniLM's query vector against e5's scores near 0)
+    expected = float(searcher.embedder.embed_passages([hits[0].text])[0] @ searcher.embedder.embed_query(
+        "coffee french press"))
+    assert _sources(hits) == ["text:coffee.md"] and abs(hits[0].score - expected) < 1e-3, (hits[0].score, expected)

@@ -11,6 +11,7 @@ by RRF, so scores are RRF sums.
 from __future__ import annotations
 
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Callable
@@ -92,14 +93,20 @@ class Searcher:
 
     def _record_stamp(self) -> tuple | None:
         """The namespace record file's identity on local disk (inode, mtime, size; "absent"), a few microseconds
-        per search; None in a bucket, where reading it per search would cost a request."""
+        per search. In a bucket, where reading it costs a request: None where searches read a local copy of the
+        table (``_copy``), whose syncs say when to read it; without a copy, a new stamp every search (the record
+        is read each time, beside the search's own requests into the bucket)."""
         if is_remote(self.state.meta_path):
-            return None
+            return None if self._copy() is not None else ("read", time.monotonic_ns())
         try:
             found = os.stat(self.state.meta_path)
         except FileNotFoundError:
             return ("absent",)
         return (found.st_ino, found.st_mtime_ns, found.st_size)
+
+    def _copy(self):
+        """The local copy of the bucket's table that searches read (``kbflow.stores.mirror``), if there is one."""
+        return getattr(self.store, "mirror", None)
 
     def _follow_record(self) -> None:
         """Another process may have cleared the namespace, or cleared it and ingested again with another model, since
@@ -171,10 +178,26 @@ class Searcher:
             if meta is None:
                 return []
             self._open(meta)
+        copy = self._copy()
+        syncs = copy.syncs if copy is not None else None
+        hits = self._answer(query, mode, limit, where, expand)
+        if copy is not None and copy.syncs != syncs:
+            # the copy fetched a new version of the bucket's table during this search: a namespace cleared and
+            # ingested again with another model writes its table anew, so read the record, and answer again in
+            # the new model's space if it changed (the record names the model before its table is written)
+            model, self._stamp = self._model, ("synced", copy.syncs)
+            self._follow_record()
+            if self._model != model:
+                hits = self._answer(query, mode, limit, where, expand) if self.store is not None else []
+        hits = hits[:limit]
+        return hits if min_score is None else [hit for hit in hits if hit.score >= min_score]
+
+    def _answer(self, query: str, mode: str, limit: int, where: SearchFilter | None, expand: str | None) -> list[Hit]:
+        """The ranked hits of ``query``, with its expansion (MQE's phrasings fused, or HyDE's passage)."""
         if expand == "mqe":
             phrasings = [query] + self.expand_queries(query)
             lists = {f"q{i}": self._retrieve(text, text, mode, limit, where) for i, text in enumerate(phrasings)}
-            hits = fusion.rrf(lists, settings.rrf_k)
+            hits = fusion.rrf(lists, self.config.search.rrf_k)
             for hit in hits:
                 hit.extra["phrasings"] = phrasings
         elif expand == "hyde":
@@ -184,8 +207,7 @@ class Searcher:
                 hit.extra["hyde"] = passage
         else:
             hits = self._retrieve(query, query, mode, limit, where)
-        hits = hits[:limit]
-        return hits if min_score is None else [hit for hit in hits if hit.score >= min_score]
+        return hits
 
     def _retrieve(self, query: str, vector_text: str, mode: str, limit: int, where: SearchFilter | None) -> list[Hit]:
         """One ranked list. ``vector_text`` is what gets embedded (the query, or HyDE's passage); BM25 and the
