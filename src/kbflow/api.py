@@ -160,22 +160,27 @@ def require_namespace(namespace: str | None, config: KbConfig | str | Path | Non
 
 
 def clear(namespace: str, config: KbConfig | str | Path | None = None, data_dir: str | Path | None = None) -> dict:
-    """Empty one namespace: its store table and its state. Other namespaces are untouched.
+    """Empty one namespace: its store table, the tables of its earlier models that a reembed left for
+    ``kbflow prune`` (left behind, a later ingest of the namespace would write into the first model's table and serve
+    its old rows again), and its state. Other namespaces are untouched.
 
     Refused while an ingest of the namespace runs (it holds the namespace lock)."""
+    from kbflow.engine.reembed import remove_superseded
+
     cfg = resolve_config(config, data_dir)
     namespace = check_namespace(namespace)
     state = NamespaceState(cfg.data_dir, namespace)
     meta = state.meta() or {}
-    removed = 0
+    removed, superseded = 0, []
     with namespace_lock(state.root, namespace, cfg.flow.lock_wait_s):
         if meta.get("dimension"):
+            superseded = remove_superseded(cfg, namespace)
             store = open_store(cfg, state.store_namespace(), meta["dimension"])
             removed = store.count()
             store.clear()
         GraphStore(store_uri(cfg), namespace).clear()
         state.clear()  # the lock file goes with the state folder
-    return {"namespace": namespace, "chunks_removed": removed}
+    return {"namespace": namespace, "chunks_removed": removed, "superseded_removed": superseded}
 
 
 def verify(namespace: str | None = None, config: KbConfig | str | Path | None = None,

@@ -287,7 +287,9 @@ def clear(namespace: str = typer.Option(..., "--namespace", "-n", help="The name
         result = api.clear(namespace, config, data_dir)
     except KbflowError as exc:
         _fail(exc)
-    out.print(f"cleared namespace {result['namespace']!r}: {result['chunks_removed']} chunks removed")
+    earlier = result["superseded_removed"]
+    out.print(f"cleared namespace {result['namespace']!r}: {result['chunks_removed']} chunks removed"
+              + (f", and the tables of its earlier models ({', '.join(earlier)})" if earlier else ""))
 
 
 @app.command()

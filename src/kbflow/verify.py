@@ -32,7 +32,7 @@ from kbflow.errors import ConfigError
 from kbflow.graph.store import GraphStore
 from kbflow.state import heal
 from kbflow.state.files import StateDamaged
-from kbflow.state.manifest import NamespaceState
+from kbflow.state.manifest import NamespaceState, store_namespace_for
 from kbflow.schemas import MANIFEST
 from kbflow.search.tokens import stored_terms_version
 from kbflow.stores import open_store
@@ -229,7 +229,9 @@ def _repair(state: NamespaceState, store, cache: VectorCache, findings: list[Fin
 
 def rewrite_meta(config: KbConfig, state: NamespaceState) -> dict:
     """namespace.json from what the namespace holds: its model id from the manifest (or the last run, or the
-    configured embedder), its dimension from that model; the store table is the namespace's own."""
+    configured embedder), its dimension from that model. The live store table is the one a reembed to that model
+    writes (``store_namespace_for``) where it exists, the namespace's own table being then an earlier model's
+    (listed as superseded, for ``kbflow prune`` and ``kbflow clear``); else the namespace's own."""
     model_id = None
     for read in (lambda: state.read_manifest().column("model_id").to_pylist(),
                  lambda: [(state.last_run() or {}).get("model_id")]):
@@ -246,7 +248,13 @@ def rewrite_meta(config: KbConfig, state: NamespaceState) -> dict:
                           f"embedder ({embedder.model_id}); name that model in the config (embedder.backend, "
                           "embedder.model) and run `kbflow verify --repair` again")
     model_id, dimension = embedder.model_id, embedder.dimension
-    meta = {"model_id": model_id, "dimension": dimension, "created": "rebuilt-by-verify"}
+    meta: dict = {"model_id": model_id, "dimension": dimension, "created": "rebuilt-by-verify"}
+    reembedded = store_namespace_for(state.namespace, model_id)
+    if open_store(config, reembedded, dimension).present():
+        meta["store_namespace"] = reembedded
+        if open_store(config, state.namespace, dimension).present():  # its model is not known any more
+            meta["superseded"] = [{"store_namespace": state.namespace, "model_id": None, "dimension": None,
+                                   "replaced": "found-by-verify"}]
     try:  # the terms the stored rows were written with, when the manifest says so for every document
         terms_version = stored_terms_version(state.read_manifest().column("chunker").to_pylist())
     except StateDamaged:

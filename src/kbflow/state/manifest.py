@@ -7,6 +7,8 @@ idempotently.
 
 from __future__ import annotations
 
+import hashlib
+
 import json
 from datetime import datetime, timezone
 from pathlib import Path
@@ -135,6 +137,11 @@ class NamespaceState:
                 child.unlink()
         if not any(self.root.iterdir()):
             remove_tree(self.root)  # nobody holds the lock: nothing of the namespace is left
+
+
+def store_namespace_for(namespace: str, model_id: str) -> str:
+    """The store table a reembed of ``namespace`` to ``model_id`` writes (and makes live)."""
+    return f"{namespace}--{hashlib.sha256(model_id.encode()).hexdigest()[:8]}"
 
 
 def namespaces(data_dir: str | Path) -> list[str]:

@@ -94,3 +94,6 @@ class Store(Protocol):
     def size_bytes(self) -> int: ...
 
     def clear(self) -> None: ...
+
+    def present(self) -> bool:
+        """Whether the table exists, whatever its vectors' dimension (it may be another model's)."""

@@ -219,6 +219,9 @@ class LanceStore:
                     f"older kbflow); run `kbflow clear --namespace {self.namespace} --yes` and ingest again")
         return self._table
 
+    def present(self) -> bool:
+        return self._table is not None or open_table_or_none(self._db, self.table_name) is not None
+
     def exists(self) -> bool:
         if self._table is None and open_table_or_none(self._db, self.table_name) is not None:
             return self.table is not None
@@ -482,7 +485,7 @@ class LanceStore:
         return storage.tree_bytes(storage.location(f"{self.uri.rstrip('/')}/{self.table_name}.lance"))
 
     def clear(self) -> None:
-        if self.exists():
+        if self.present():  # whatever its schema: an older kbflow's, another model's dimension
             self._db.drop_table(self.table_name)
         self._table, self._exact = None, None
         self._fts_ready = False

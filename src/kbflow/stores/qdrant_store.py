@@ -150,6 +150,9 @@ class QdrantStore:
     def exists(self) -> bool:
         return self.client.collection_exists(self.collection)
 
+    def present(self) -> bool:
+        return self.exists()  # a collection's existence does not depend on its vectors' size
+
     def unreadable(self) -> str | None:
         """Why the collection cannot be read whole, or None (absent is readable)."""
         try:
