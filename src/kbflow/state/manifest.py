@@ -8,7 +8,6 @@ idempotently.
 from __future__ import annotations
 
 import hashlib
-
 import json
 from datetime import datetime, timezone
 from pathlib import Path
