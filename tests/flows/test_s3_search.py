@@ -129,3 +129,43 @@ def test_a_long_lived_searcher_of_a_bucket_follows_a_namespace_made_again_with_a
     expected = float(searcher.embedder.embed_passages([hits[0].text])[0] @ searcher.embedder.embed_query(
         "coffee french press"))
     assert _sources(hits) == ["text:coffee.md"] and abs(hits[0].score - expected) < 1e-3, (hits[0].score, expected)
+
+
+def test_a_hybrid_query_of_a_bucket_asks_for_the_newest_version_once_and_syncs_the_copy_once(bucket_kb):
+    """Both halves of a hybrid query read one version of the table: one request for the bucket's newest manifest
+    per query, not one per half. Searches at once (the BM25 half runs on its own thread, `kbflow mcp` answers
+    requests in threads) bring the copy up to date one at a time: a second one waits and finds it current."""
+    import threading
+    import time
+
+    client, data = bucket_kb
+    api.add_text(TEA, "tea.md", data_dir=data)
+    searcher = Searcher(load_config(data_dir=data))
+    mirror = searcher.store.mirror
+    asked = []
+    newest = mirror.newest_manifest
+    mirror.newest_manifest = lambda: asked.append(1) or newest()
+    assert _sources(searcher.search("green tea temperature", mode="hybrid", limit=1)) == ["text:tea.md"]
+    assert len(asked) == 1 and mirror.syncs == 1
+
+    api.add_text(COFFEE, "coffee.md", data_dir=data)
+    inside, most = [0], [0]
+    sync = mirror._sync
+
+    def slow_sync(marker):
+        inside[0] += 1
+        most[0] = max(most[0], inside[0])
+        time.sleep(0.3)  # long enough for the other thread to arrive meanwhile
+        try:
+            sync(marker)
+        finally:
+            inside[0] -= 1
+
+    mirror._sync = slow_sync
+    tables = []
+    threads = [threading.Thread(target=lambda: tables.append(mirror.table())) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert most[0] == 1 and mirror.syncs == 2 and tables[0] is tables[1] is not None

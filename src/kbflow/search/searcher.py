@@ -42,6 +42,7 @@ def candidate_lists(store, query_vector: Callable[[], np.ndarray], terms: list[s
     """Vector and BM25 candidates for fusion. Given a pool and a store whose reads may overlap
     (``store.concurrent_reads``), BM25 runs on the pool's thread while this one embeds the query and searches the
     vectors, so a hybrid query costs the slower of the two rather than their sum (LanceDB searches outside the GIL)."""
+    store = store.searches()  # both halves read one version of the table, looked up once
     if pool is not None and getattr(store, "concurrent_reads", False):
         bm25 = pool.submit(store.search_text, terms, depth, where)
         vector = store.search_vector(query_vector(), depth, where)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -73,6 +73,10 @@ class Store(Protocol):
 
     def search_text(self, query_words: list[str], limit: int, where: SearchFilter | None = None) -> list[Hit]:
         """BM25 over the chunks' ``text_tokens``, best first; ``Hit.score`` is the BM25 score (0 = no term matched)."""
+
+    def searches(self) -> Any:
+        """An object with ``search_vector``, ``search_text`` and ``concurrent_reads`` whose searches all read the
+        same state of the store, taken now: the two halves of one hybrid query."""
 
     def stats(self) -> dict:
         """rows, documents, bytes on disk and index state."""

@@ -408,9 +408,16 @@ class LanceStore:
             self._exact = copy
         return copy if copy.vectors is not None else None
 
+    def searches(self) -> "PinnedSearches":
+        """Searches of the table's newest version as of now, for the halves of one hybrid query: the version (in
+        a bucket, the copy's sync: one request) is looked up once per query, and both halves read the same one."""
+        return PinnedSearches(self, self._search_table())
+
     def search_vector(self, vector: np.ndarray, limit: int, where: SearchFilter | None = None,
                       exact: bool = False) -> list[Hit]:
-        table = self._search_table()
+        return self._vector_in(self._search_table(), vector, limit, where, exact)
+
+    def _vector_in(self, table, vector: np.ndarray, limit: int, where: SearchFilter | None, exact: bool) -> list[Hit]:
         if table is None:
             return []
         sql = where_sql(where)
@@ -433,13 +440,20 @@ class LanceStore:
             return self._hits(query, lambda r: 1.0 - r["_distance"])
 
     def search_text(self, query_words: list[str], limit: int, where: SearchFilter | None = None) -> list[Hit]:
-        if not query_words or (self.mirror is None and not self.exists()):
+        if not self._text_searchable(query_words):
             return []
+        return self._text_in(self._search_table(), query_words, limit, where)
+
+    def _text_searchable(self, query_words: list[str]) -> bool:
+        if not query_words or (self.mirror is None and not self.exists()):
+            return False
         if not self._fts_ready:  # a table written by an older kbflow, or by hand: index it once, here
             if self.exists() and FTS_COLUMN not in self._indexes():
                 self.refresh_indexes()
             self._fts_ready = True
-        table = self._search_table()
+        return True
+
+    def _text_in(self, table, query_words: list[str], limit: int, where: SearchFilter | None) -> list[Hit]:
         if table is None:
             return []
         query = table.search(" ".join(query_words), query_type="fts", fts_columns=FTS_COLUMN)
@@ -489,3 +503,21 @@ class LanceStore:
             self._db.drop_table(self.table_name)
         self._table, self._exact = None, None
         self._fts_ready = False
+
+
+class PinnedSearches:
+    """A ``LanceStore``'s searches of one table version (``LanceStore.searches``)."""
+
+    concurrent_reads = True
+
+    def __init__(self, store: LanceStore, table):
+        self.store, self.table = store, table
+
+    def search_vector(self, vector: np.ndarray, limit: int, where: SearchFilter | None = None,
+                      exact: bool = False) -> list[Hit]:
+        return self.store._vector_in(self.table, vector, limit, where, exact)
+
+    def search_text(self, query_words: list[str], limit: int, where: SearchFilter | None = None) -> list[Hit]:
+        if not self.store._text_searchable(query_words):
+            return []
+        return self.store._text_in(self.table, query_words, limit, where)

@@ -23,6 +23,7 @@ import json
 import os
 import re
 import shutil
+import threading
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -64,6 +65,7 @@ class TableMirror:
         self._etags: dict[str, str] = {}  # relative path -> ETag of every file copied
         self._table: Table | None = None
         self.syncs = 0  # how many times the copy was brought up to date (for tests and the benchmark)
+        self._lock = threading.Lock()
 
     # --- the bucket ----------------------------------------------------------------------------------------
     def newest_manifest(self) -> tuple[str, str] | None:
@@ -101,14 +103,16 @@ class TableMirror:
     # --- the copy ------------------------------------------------------------------------------------------
     def table(self):
         """The local copy's table at the bucket's newest version (synced first when the bucket moved on); None
-        when the table is not in the bucket."""
-        marker = self.newest_manifest()
-        if marker is None:
-            self._forget()
-            return None
-        if marker != self._marker or self._table is None:
-            self._sync(marker)
-        return self._table
+        when the table is not in the bucket. One caller at a time: two searches of one store at once would
+        otherwise both fetch into, and remove from, the same copy."""
+        with self._lock:
+            marker = self.newest_manifest()
+            if marker is None:
+                self._forget()
+                return None
+            if marker != self._marker or self._table is None:
+                self._sync(marker)
+            return self._table
 
     def _forget(self) -> None:
         self._table, self._marker, self._etags = None, None, {}

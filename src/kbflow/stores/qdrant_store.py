@@ -150,6 +150,10 @@ class QdrantStore:
     def exists(self) -> bool:
         return self.client.collection_exists(self.collection)
 
+    def searches(self) -> "QdrantStore":
+        """Searches for the halves of one hybrid query: a Qdrant collection answers at its current state."""
+        return self
+
     def present(self) -> bool:
         return self.exists()  # a collection's existence does not depend on its vectors' size
 
