@@ -165,17 +165,17 @@ def clear(namespace: str, config: KbConfig | str | Path | None = None, data_dir:
     its old rows again), and its state. Other namespaces are untouched.
 
     Refused while an ingest of the namespace runs (it holds the namespace lock)."""
-    from kbflow.engine.reembed import remove_superseded
+    from kbflow.engine.reembed import drop_superseded
 
     cfg = resolve_config(config, data_dir)
     namespace = check_namespace(namespace)
     state = NamespaceState(cfg.data_dir, namespace)
-    meta = state.meta() or {}
     removed, superseded = 0, []
     with namespace_lock(state.root, namespace, cfg.flow.lock_wait_s):
+        meta = state.meta() or {}  # under the lock: a reembed may have switched tables until it was free
         if meta.get("dimension"):
-            superseded = remove_superseded(cfg, namespace)
-            store = open_store(cfg, state.store_namespace(), meta["dimension"])
+            superseded = drop_superseded(cfg, namespace, meta)  # the record goes below
+            store = open_store(cfg, meta.get("store_namespace", namespace), meta["dimension"])
             removed = store.count()
             store.clear()
         GraphStore(store_uri(cfg), namespace).clear()

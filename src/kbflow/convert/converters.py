@@ -127,7 +127,7 @@ def without_nul(markdown: str) -> str:
     """``markdown`` without NUL characters (U+0000). No format uses them as text (a browser drops them from a
     page; most come from UTF-16 read as 8-bit text, one after every letter), and the e5 tokenizer reads a text
     only up to its first one, so a chunk holding one would be embedded up to it and counted as that short."""
-    return markdown.replace("\x00", "") if "\x00" in markdown else markdown
+    return markdown.replace("\x00", "")
 
 
 def convert_bytes(data: bytes, name: str, source: str, options: ConvertConfig | None = None) -> Converted:

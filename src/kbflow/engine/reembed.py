@@ -196,18 +196,25 @@ def superseded_tables(config: KbConfig, namespace: str) -> list[str]:
     return [entry["store_namespace"] for entry in meta.get("superseded", []) if entry["store_namespace"] != live]
 
 
-def remove_superseded(config: KbConfig, namespace: str) -> list[str]:
-    """Drop the superseded tables of ``namespace`` (never the live one); returns the store namespaces removed."""
-    state = NamespaceState(config.data_dir, namespace)
-    meta = state.meta() or {}
+def drop_superseded(config: KbConfig, namespace: str, meta: dict) -> list[str]:
+    """Drop the tables the record ``meta`` of ``namespace`` lists as superseded (never the live one), leaving the
+    record as it is; returns the store namespaces dropped."""
     live = meta.get("store_namespace", namespace)
-    removed = []
+    dropped = []
     for entry in meta.get("superseded", []):
         if entry["store_namespace"] == live:
             continue
         # a table `kbflow verify --repair` found has no recorded dimension; dropping it needs none
         open_store(config, entry["store_namespace"], entry["dimension"] or meta["dimension"]).clear()
-        removed.append(entry["store_namespace"])
+        dropped.append(entry["store_namespace"])
+    return dropped
+
+
+def remove_superseded(config: KbConfig, namespace: str) -> list[str]:
+    """Drop the superseded tables of ``namespace`` (never the live one); returns the store namespaces removed."""
+    state = NamespaceState(config.data_dir, namespace)
+    meta = state.meta() or {}
+    removed = drop_superseded(config, namespace, meta)
     if removed:
         state.write_meta({**meta, "superseded": [e for e in meta.get("superseded", [])
                                                  if e["store_namespace"] not in removed]})

@@ -118,6 +118,9 @@ class Searcher:
         if stamp == self._stamp:
             return
         self._stamp = stamp
+        self._reread_record()
+
+    def _reread_record(self) -> None:
         meta = self.state.meta()
         if meta is None:
             self.store, self._model = None, None
@@ -186,8 +189,8 @@ class Searcher:
             # the copy fetched a new version of the bucket's table during this search: a namespace cleared and
             # ingested again with another model writes its table anew, so read the record, and answer again in
             # the new model's space if it changed (the record names the model before its table is written)
-            model, self._stamp = self._model, ("synced", copy.syncs)
-            self._follow_record()
+            model = self._model
+            self._reread_record()
             if self._model != model:
                 hits = self._answer(query, mode, limit, where, expand) if self.store is not None else []
         hits = hits[:limit]
