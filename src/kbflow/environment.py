@@ -74,3 +74,18 @@ def quick_gil_handoffs():
             _switch_users -= 1
             if _switch_users == 0 and _switch_before > INGEST_SWITCH_INTERVAL_S:
                 sys.setswitchinterval(_switch_before)
+
+
+def check_not_a_starting_worker() -> None:
+    """Refuse a run inside a worker process that is still starting. Workers are spawned, and spawning runs the
+    program's main module again in each: a script that calls kbflow at its top level would start a second run there,
+    which waits for the first's namespace (or its Prefect flow run) while the first waits for the worker."""
+    import multiprocessing
+
+    from kbflow.errors import WorkerStartError
+
+    if getattr(multiprocessing.current_process(), "_inheriting", False):  # set while a spawned child bootstraps
+        raise WorkerStartError("kbflow was called while this process was starting as another kbflow run's worker: "
+                               "spawning a worker runs the program's main module again, so a Python script must "
+                               "call kbflow under `if __name__ == \"__main__\":`")
+

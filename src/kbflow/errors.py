@@ -45,6 +45,10 @@ class ConversionError(PermanentError):
     """A source file could not be turned into Markdown."""
 
 
+class WorkerStartError(PermanentError):
+    """A worker process (conversion) exited or hung before it was ready; retrying would only start it again."""
+
+
 class EmbeddingError(PermanentError):
     """The embedder returned something unusable (wrong shape, NaN, zero vector)."""
 

@@ -10,7 +10,7 @@ import os
 from kbflow.config import KbConfig
 from kbflow.engine.ingest import IngestJob
 from kbflow.engine.ingest import ingest as run_engine_ingest
-from kbflow.environment import set_quiet_offline_defaults
+from kbflow.environment import check_not_a_starting_worker, set_quiet_offline_defaults
 
 
 def orchestration(config: KbConfig) -> str:
@@ -45,6 +45,7 @@ def as_flow_run(run):
 
 def run_ingest(config: KbConfig, job: IngestJob) -> dict:
     """Run ``job`` under ``config``: the engine in this process, or the ingest flow as a Prefect flow run."""
+    check_not_a_starting_worker()
     if orchestration(config) == "direct":
         return run_engine_ingest(config, job)
     set_quiet_offline_defaults()  # a flow run starts here: Prefect's settings (importing kbflow sets no variables)

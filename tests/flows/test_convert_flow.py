@@ -56,3 +56,28 @@ def test_a_transient_conversion_failure_is_retried_by_the_next_run(tmp_path, cou
         second = ingest(sources=[str(audio)], data_dir=data, config_path=str(config))
         assert second["documents"]["failed"] == 0 and second["documents"]["new"] == 1
         assert second["store"]["count"] == 1 and len(server.requests) == 2
+
+
+def test_a_script_without_a_main_guard_gets_an_error_that_names_the_guard(tmp_path):
+    """Conversion workers are spawned, and spawning runs the program's main module again: a script that calls
+    kbflow at its top level has its child run the script instead of starting. The run must end with an error that
+    names the fix, not hang on the child or raise a bare EOFError from the pipe."""
+    import subprocess
+    import sys
+
+    from tests.flows.conftest import subprocess_env
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    shutil.copy(CASES / "docs" / "tutorial-concepts.html", docs / "a.html")
+    shutil.copy(CASES / "formats" / "debian-handbook-zh-rights.html", docs / "b.html")
+    script = tmp_path / "unguarded.py"
+    script.write_text("import sys\nfrom kbflow import api\napi.ingest([sys.argv[1]], 'docs', None, sys.argv[2])\n")
+    done = subprocess.run([sys.executable, str(script), str(docs), str(tmp_path / "data")], capture_output=True,
+                          text=True, timeout=150, cwd=tmp_path,
+                          env=subprocess_env(KBFLOW__EMBEDDER__BACKEND="local", KBFLOW__CONVERT__WORKERS="2"))
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("kbflow.errors.WorkerStartError: a conversion worker process exited while starting"), \
+        done.stderr[-3000:]
+    assert 'if __name__ == "__main__":' in last

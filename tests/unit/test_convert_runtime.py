@@ -104,6 +104,27 @@ def test_a_worker_that_dies_is_reported_and_replaced():
         assert pool.workers[0].process.is_alive()
 
 
+class ExitsWhenUnpickled:
+    """A pool function whose unpickling in the new process ends it with exit code 5: a worker that dies before it
+    is ready (an import that crashes, a script without a main guard re-run in the child)."""
+
+    def __reduce__(self):
+        return (os._exit, (5,))
+
+    def __call__(self, *args):
+        raise AssertionError("never called")
+
+
+def test_a_worker_that_exits_while_starting_is_a_clear_error_and_no_worker_is_left_running():
+    import multiprocessing
+
+    from kbflow.errors import WorkerStartError
+
+    with pytest.raises(WorkerStartError, match=r"exited while starting \(exit code 5\).*if __name__ == "):
+        KillablePool(2, ExitsWhenUnpickled())
+    assert multiprocessing.active_children() == []
+
+
 def test_a_worker_killed_between_jobs_is_replaced_and_the_next_job_runs():
     """An idle worker the OOM killer (or anyone) ends between two batches: the next batch's job goes to a new
     worker instead of failing the batch on the dead one's pipe."""

@@ -21,6 +21,8 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Callable
 
+from kbflow.errors import WorkerStartError
+
 
 READY = "ready"
 STARTUP_TIMEOUT_S = 300  # a spawned worker imports the converters first; that is not the job's time
@@ -86,9 +88,22 @@ class _Worker:
 
     def wait_ready(self) -> None:
         """Block until the worker has imported what it needs, so a job's clock starts when the job does."""
-        if not self.conn.poll(STARTUP_TIMEOUT_S) or self.conn.recv() != READY:
+        if not self.conn.poll(STARTUP_TIMEOUT_S):
             self.kill()
-            raise RuntimeError(f"a conversion worker did not start within {STARTUP_TIMEOUT_S} s")
+            raise WorkerStartError(f"a conversion worker process did not start within {STARTUP_TIMEOUT_S} s; "
+                                   "the machine may be out of memory or processes (check `free` and `ulimit -u`)")
+        try:
+            if self.conn.recv() == READY:
+                return
+        except (EOFError, OSError):  # it exited before saying it was ready
+            pass
+        self.process.join(5)
+        code = self.process.exitcode
+        self.kill()
+        raise WorkerStartError(
+            f"a conversion worker process exited while starting (exit code {code}); its own error, if any, is "
+            "printed above. Workers are started with the 'spawn' method, which runs the program's main module "
+            "again: a Python script that calls kbflow must do so under `if __name__ == \"__main__\":`")
 
     def kill(self) -> None:
         self.process.kill()
@@ -105,8 +120,13 @@ class KillablePool:
         self.function = function
         self.nice = nice if nice > 0 and can_nice() else 0
         self.workers = [_Worker(self.context, function, self.nice) for _ in range(workers)]
-        for worker in self.workers:  # started together, awaited one by one
-            worker.wait_ready()
+        try:
+            for worker in self.workers:  # started together, awaited one by one
+                worker.wait_ready()
+        except WorkerStartError:  # the others are not left running
+            for worker in self.workers:
+                worker.kill()
+            raise
 
     def map(self, jobs: list[tuple], timeout_s: float, on_timeout: Callable[[int], object],
             on_crash: Callable[[int, int | None], object]) -> list:
