@@ -60,7 +60,8 @@ class _Embedder(_Section):
 
 class _Threads(BaseModel):
     threads: int | None = Field(None, ge=1, le=256, description="CPU threads for inference (empty: the library's "
-                                "default).")
+                                "default). The e5 backend's ingest passes run on fewer while the run's own work "
+                                "holds cores (chunking, writing, conversion workers with jobs).")
 
 
 class _Prefixes(BaseModel):

@@ -199,7 +199,7 @@ def test_a_query_runs_on_one_thread_beside_a_batch_without_changing_other_thread
 
     import torch
 
-    from kbflow.embed.base import one_torch_thread
+    from kbflow.embed.base import torch_threads
 
     torch.set_num_threads(2)
     seen, started, window = {}, threading.Event(), threading.Event()
@@ -213,7 +213,7 @@ def test_a_query_runs_on_one_thread_beside_a_batch_without_changing_other_thread
     other = threading.Thread(target=ingest_thread)
     other.start()
     started.wait(60)
-    with one_torch_thread():
+    with torch_threads(1):
         seen["inside"] = torch.get_num_threads()
         window.set()
         other.join(60)
@@ -301,3 +301,32 @@ def test_int8_without_ctranslate2_names_the_package_and_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "ctranslate2", None)
     with pytest.raises(MissingExtraError, match=r"ctranslate2.*pip install 'kbflow\[e5-int8\]'"):
         E5SmallEmbedder("int8")
+
+
+def test_a_passage_pass_runs_on_a_thread_fewer_per_core_the_process_work_holds(e5):
+    """An ingest's chunking (a thread at the model's priority) holds a core: a forward pass started meanwhile
+    leaves it that core instead of waiting for it at every operation. Same vectors; the setting is restored."""
+    import torch
+
+    from kbflow import cores
+
+    torch.set_num_threads(2)
+    _tokenizer, engine = e5._load()
+    threads: list[int] = []
+
+    def spy(ids, mask):
+        threads.append(torch.get_num_threads())
+        return engine(ids, mask)
+
+    texts = ["Daily backups of the database are kept for a week.", "数据库每天备份，保留一周。"]
+    e5._engine = spy
+    try:
+        alone = e5.embed_documents(texts)
+        with cores.working():
+            beside = e5.embed_documents(texts)
+        with cores.working(3):
+            crowded = e5.embed_documents(texts)
+    finally:
+        e5._engine = engine
+    assert threads == [2, 1, 1] and torch.get_num_threads() == 2
+    assert ((alone * beside).sum(axis=1) > 0.9999).all() and ((alone * crowded).sum(axis=1) > 0.9999).all()

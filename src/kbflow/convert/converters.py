@@ -21,6 +21,7 @@ from pathlib import Path, PurePosixPath
 
 import pyarrow as pa
 
+from kbflow import cores
 from kbflow.convert.archive import ZIP_SUFFIXES, ArchiveLimits, open_archive, read_member
 from kbflow.convert.objects import read_bytes
 from kbflow.config import ConvertConfig
@@ -379,7 +380,9 @@ def convert_batch(sources: list[SourceFile], options: ConvertConfig | None = Non
         try:
             workers_pool = pool.get(workers, options.worker_nice)
             limit_kind = f" of CPU time, or {NICED_WALL_FACTOR}x that of wall time" if workers_pool.nice else ""
-            results = workers_pool.map([(sources[i], options) for i in todo], options.timeout_s, timed_out, crashed)
+            with cores.working(min(workers, len(todo))):  # the model's passes leave the workers their cores
+                results = workers_pool.map([(sources[i], options) for i in todo], options.timeout_s, timed_out,
+                                           crashed)
         finally:
             if owner is None:
                 pool.close()

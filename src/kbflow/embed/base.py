@@ -13,6 +13,7 @@ from typing import Iterator, Protocol
 
 import numpy as np
 
+from kbflow import cores
 from kbflow.errors import EmbeddingError
 from kbflow.chunk.tokens import TokenCounter
 
@@ -131,22 +132,33 @@ class BaseEmbedder:
 
 
 @contextmanager
-def one_torch_thread() -> Iterator[None]:
-    """Run the torch work inside on one thread, for the calling thread only, and restore its setting after.
+def torch_threads(at_most: int) -> Iterator[None]:
+    """Run the torch work inside on at most ``at_most`` threads (at least one), for the calling thread only, and
+    restore its setting after. torch with OpenMP keeps this setting per calling thread, so another thread's passes
+    keep all of theirs; only a thread whose first torch call falls inside this block starts on fewer too
+    (tests/unit/test_e5.py).
 
-    For query-sized passes: splitting a ~10-token forward pass over threads gains little when the cores are idle
-    and costs several times its length when they are not, since each pass then waits for its other thread to be
-    scheduled (`kbflow bench search --sample --clients` measures a served search). torch with OpenMP keeps this
-    setting per calling thread, so an ingest's batches on a thread already running keep all of theirs; only a
-    thread whose first torch call falls inside this block starts on one thread too (tests/unit/test_e5.py)."""
+    Used for query-sized passes (one thread: splitting a ~10-token pass over threads gains little when the cores
+    are idle and costs several times its length when they are not, since each pass then waits for its other thread
+    to be scheduled; `kbflow bench search --sample --clients` measures a served search), and for an ingest's passes
+    beside the run's own work (``passage_threads``)."""
     import torch
 
     previous = torch.get_num_threads()
-    if previous == 1:
+    wanted = max(1, min(at_most, previous))
+    if wanted == previous:
         yield
         return
-    torch.set_num_threads(1)
+    torch.set_num_threads(wanted)
     try:
         yield
     finally:
         torch.set_num_threads(previous)
+
+
+def passage_threads() -> int:
+    """Threads for a forward pass of passages starting now: the calling thread's, less the cores the process's own
+    other work holds (``kbflow.cores``), and at least one."""
+    import torch
+
+    return max(1, torch.get_num_threads() - cores.taken())

@@ -39,6 +39,7 @@ import base64
 import logging
 import re
 import threading
+from contextlib import nullcontext
 from importlib.metadata import PackageNotFoundError, files as package_files, version
 from importlib.util import find_spec
 from pathlib import Path
@@ -48,7 +49,7 @@ import numpy as np
 from kbflow.chunk.counters import bisect_cut
 from kbflow.embed import e5_int8
 from kbflow.embed.q4 import Q4Model, WordTable, dequantise, file_sha256, read_q4_file
-from kbflow.embed.base import QUERY_PASS_TEXTS, BaseEmbedder, format_prefixes, one_torch_thread
+from kbflow.embed.base import QUERY_PASS_TEXTS, BaseEmbedder, format_prefixes, passage_threads, torch_threads
 from kbflow.errors import ConfigError, EmbeddingError
 from kbflow.extras import check
 
@@ -418,9 +419,11 @@ class E5SmallEmbedder(BaseEmbedder):
             if is_query and len(batch) <= QUERY_PASS_TEXTS:
                 # a search's query: one thread, beside other passes (an ingest's batch, another client's query)
                 # instead of queued behind them; the forward pass only reads the engine's tensors
-                with one_torch_thread():
+                with torch_threads(1):
                     out[batch] = engine(padded, mask)
                 continue
             with self._encode_lock:
-                out[batch] = engine(padded, mask)
+                # beside the run's own work, a core fewer (kbflow.cores); CTranslate2 (int8) keeps its threads
+                with torch_threads(passage_threads()) if self.precision != "int8" else nullcontext():
+                    out[batch] = engine(padded, mask)
         return out

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kbflow.embed.base import QUERY_PASS_TEXTS, BaseEmbedder, format_prefixes, one_torch_thread
+from kbflow.embed.base import QUERY_PASS_TEXTS, BaseEmbedder, format_prefixes, torch_threads
 from kbflow.chunk.counters import PrefixedCounter
 from kbflow.errors import ConfigError
 from kbflow.extras import require
@@ -112,6 +112,6 @@ class LocalEmbedder(BaseEmbedder):
     def _encode(self, texts: list[str], is_query: bool) -> np.ndarray:
         prefix = self.query_prefix if is_query else self.passage_prefix
         model = self._load()
-        with self._encode_lock, one_torch_thread() if is_query and len(texts) <= QUERY_PASS_TEXTS else nullcontext():
+        with self._encode_lock, torch_threads(1) if is_query and len(texts) <= QUERY_PASS_TEXTS else nullcontext():
             return model.encode([prefix + text for text in texts] if prefix else texts, batch_size=self.batch_size,
                                 normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)

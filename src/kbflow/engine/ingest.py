@@ -33,7 +33,7 @@ from typing import Protocol
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kbflow import memory, progress
+from kbflow import cores, memory, progress
 from kbflow.chunk.chunker import chunker_fingerprint
 from kbflow.chunk.plans import PlanCache
 from kbflow.chunk.quality import add_batch as add_chunk_quality
@@ -350,7 +350,8 @@ def _ingest_batches(run: Run, plan: Plan, texts_by_path: dict[str, str]) -> None
                 started = time.perf_counter()
                 file_docs = pending.result() if pending is not None else DOCUMENTS.empty_table()
                 pending = start_convert(index + 1) if index + 1 < len(batches) else None  # runs ahead
-                waiting.append(_chunked_batch(run, batch, index, file_docs, texts_by_path, len(todo), started))
+                with cores.working():  # the model's passes leave this thread a core meanwhile
+                    waiting.append(_chunked_batch(run, batch, index, file_docs, texts_by_path, len(todo), started))
                 del file_docs
                 # while a round embeds, the next one gathers until enough texts are missing from the cache to fill
                 # the embed calls, or enough documents wait: an update's few new texts per batch then go to the
@@ -517,8 +518,9 @@ def _write_round(run: Run, embedding: EmbedRound, vectors: tuple[dict, set[str]]
     by_key, failed_keys = vectors
     for batch in embedding.batches:
         started = time.perf_counter()
-        _upsert(run, batch.documents, batch.chunks, by_key, failed_keys, batch.label, batch.edges,
-                batch.graph_incomplete)
+        with cores.working():  # beside the next round's passes
+            _upsert(run, batch.documents, batch.chunks, by_key, failed_keys, batch.label, batch.edges,
+                    batch.graph_incomplete)
         run.timed("upsert", started, batch.last + 1, total)
     embedding.batches.clear()
     del by_key, vectors
