@@ -10,7 +10,7 @@ Conversion workers are other processes, at a lower priority (``convert.worker_ni
 model leaves idle; while they have jobs they are marked too, one core per busy worker. Where conversion is what a run
 waits for (an update that converts every page again to embed a few texts), they then get their cores instead of
 waiting for the model. The count is the process's, since the cores are: two runs in one process (a server's) each
-add theirs. Measured with `kbflow bench ingest` (docs/benchmarks.md).
+add theirs. Measured with research/update_cores.py (docs/benchmarks.md, "The model beside the run's own work").
 """
 
 from __future__ import annotations
