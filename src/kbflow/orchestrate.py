@@ -21,7 +21,11 @@ def orchestration(config: KbConfig) -> str:
     run would first start a temporary one (15-30 s per process here, its records discarded at exit, a process
     that a SIGKILL orphans), so the engine runs in this process instead: same stages, retries, snapshots and
     summary, in about a second for a no-op. Process pools and Dask clusters are Prefect task runners, so
-    ``runner.kind`` other than threads always runs as a flow."""
+    ``runner.kind`` other than threads always runs as a flow.
+
+    Every write asks this first, so it is where a write is refused inside a worker that is still starting
+    (``check_not_a_starting_worker``): as a flow run it would wait for the run whose worker it is."""
+    check_not_a_starting_worker()
     choice = config.flow.orchestrator
     if choice == "auto":
         return "prefect" if os.environ.get("PREFECT_API_URL") or config.runner.kind != "threads" else "direct"
@@ -45,7 +49,6 @@ def as_flow_run(run):
 
 def run_ingest(config: KbConfig, job: IngestJob) -> dict:
     """Run ``job`` under ``config``: the engine in this process, or the ingest flow as a Prefect flow run."""
-    check_not_a_starting_worker()
     if orchestration(config) == "direct":
         return run_engine_ingest(config, job)
     set_quiet_offline_defaults()  # a flow run starts here: Prefect's settings (importing kbflow sets no variables)
