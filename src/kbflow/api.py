@@ -30,7 +30,7 @@ class UnknownNamespace(ConfigError):
 
 from kbflow.search.searcher import Searcher  # noqa: E402
 from kbflow.state.lock import namespace_lock  # noqa: E402
-from kbflow.state.manifest import NamespaceState  # noqa: E402
+from kbflow.state.manifest import NamespaceState, live_store_namespace  # noqa: E402
 from kbflow.stores import Hit, SearchFilter, open_store  # noqa: E402
 from kbflow.stores.factory import store_uri  # noqa: E402
 
@@ -175,7 +175,7 @@ def clear(namespace: str, config: KbConfig | str | Path | None = None, data_dir:
         meta = state.meta() or {}  # under the lock: a reembed may have switched tables until it was free
         if meta.get("dimension"):
             superseded = drop_superseded(cfg, namespace, meta)  # the record goes below
-            store = open_store(cfg, meta.get("store_namespace", namespace), meta["dimension"])
+            store = open_store(cfg, live_store_namespace(namespace, meta), meta["dimension"])
             removed = store.count()
             store.clear()
         GraphStore(store_uri(cfg), namespace).clear()

@@ -35,7 +35,7 @@ from kbflow.errors import ConfigError, EmbeddingError
 from kbflow.evaluate import IngestCorpus, eval_beir
 from kbflow.schemas import store_schema
 from kbflow.state.lock import namespace_lock
-from kbflow.state.manifest import NamespaceState, store_namespace_for
+from kbflow.state.manifest import NamespaceState, live_store_namespace, store_namespace_for
 from kbflow.stores import open_store
 from kbflow.stores.factory import store_uri
 from kbflow.stores.lancedb_store import IN_LIST_MAX
@@ -127,7 +127,7 @@ def _reembed(config: KbConfig, target_config: KbConfig, state: NamespaceState, m
             log.warning("reembed of %s not switched: %s", namespace, summary["failures"][-1]["message"])
             return
     state.switch_model(embedder.model_id, embedder.dimension, new_namespace)
-    summary.update(switched=True, store_namespace=new_namespace, superseded=meta.get("store_namespace", namespace))
+    summary.update(switched=True, store_namespace=new_namespace, superseded=live_store_namespace(namespace, meta))
     log.info("namespace %s now uses %s (%s chunks)", namespace, embedder.model_id, summary["chunks"])
 
 
@@ -192,18 +192,20 @@ def recover_embed_text(text: str, heading_path: list[str], embed_sha256: str) ->
 def superseded_tables(config: KbConfig, namespace: str) -> list[str]:
     """Store namespaces of ``namespace`` that a reembed replaced and that were not removed yet (for ``kbflow prune``)."""
     meta = NamespaceState(config.data_dir, namespace).meta() or {}
-    live = meta.get("store_namespace", namespace)
-    return [entry["store_namespace"] for entry in meta.get("superseded", []) if entry["store_namespace"] != live]
+    return [entry["store_namespace"] for entry in _superseded(namespace, meta)]
+
+
+def _superseded(namespace: str, meta: dict) -> list[dict]:
+    """The entries of ``namespace``'s record ``meta`` that list a superseded table, the live one left out."""
+    live = live_store_namespace(namespace, meta)
+    return [entry for entry in meta.get("superseded", []) if entry["store_namespace"] != live]
 
 
 def drop_superseded(config: KbConfig, namespace: str, meta: dict) -> list[str]:
     """Drop the tables the record ``meta`` of ``namespace`` lists as superseded (never the live one), leaving the
     record as it is; returns the store namespaces dropped."""
-    live = meta.get("store_namespace", namespace)
     dropped = []
-    for entry in meta.get("superseded", []):
-        if entry["store_namespace"] == live:
-            continue
+    for entry in _superseded(namespace, meta):
         # a table `kbflow verify --repair` found has no recorded dimension; dropping it needs none
         open_store(config, entry["store_namespace"], entry["dimension"] or meta["dimension"]).clear()
         dropped.append(entry["store_namespace"])

@@ -63,7 +63,7 @@ class NamespaceState:
 
     def store_namespace(self) -> str:
         """The store table holding this namespace's live chunks: the namespace itself, or what a reembed switched to."""
-        return (self.meta() or {}).get("store_namespace", self.namespace)
+        return live_store_namespace(self.namespace, self.meta() or {})
 
     def write_meta(self, meta: dict) -> None:
         _write_json(self.meta_path, meta)
@@ -72,7 +72,7 @@ class NamespaceState:
         """Make ``store_namespace`` (built by a reembed with ``model_id``) the live table; the old one is listed as
         superseded until pruned. The manifest's rows are moved to the new model id."""
         meta = self.meta() or {}
-        old = {"store_namespace": meta.get("store_namespace", self.namespace), "model_id": meta.get("model_id"),
+        old = {"store_namespace": live_store_namespace(self.namespace, meta), "model_id": meta.get("model_id"),
                "dimension": meta.get("dimension"), "replaced": datetime.now(timezone.utc).isoformat()}
         superseded = [e for e in meta.get("superseded", []) if e["store_namespace"] != store_namespace] + [old]
         manifest = self.read_manifest()
@@ -136,6 +136,12 @@ class NamespaceState:
                 child.unlink()
         if not any(self.root.iterdir()):
             remove_tree(self.root)  # nobody holds the lock: nothing of the namespace is left
+
+
+def live_store_namespace(namespace: str, meta: dict) -> str:
+    """The store table that ``namespace``'s record ``meta`` names live: the namespace itself, or what a reembed
+    switched to."""
+    return meta.get("store_namespace", namespace)
 
 
 def store_namespace_for(namespace: str, model_id: str) -> str:
