@@ -204,6 +204,27 @@ ENTRIES: list[Entry] = [
           "tests/unit/test_embed_and_stores.py::"
           "test_replace_documents_writes_only_rows_that_differ_from_the_stored_ones[lancedb]",
           '"char_start" dropped from COMPARED_COLUMNS'),
+    Entry("same-text-never-recognised", "src/kbflow/engine/rows.py",
+          'and row["markdown_sha256"] == markdown_sha256(markdown))',
+          'and row["markdown_sha256"] == markdown)',
+          "tests/flows/test_ingest_flow.py::test_a_changed_file_with_the_same_text_is_recorded_not_chunked_or_written",
+          "same_text compares the stored hash with the Markdown itself: every changed file is chunked again"),
+    Entry("same-text-trusts-a-store-that-lost-it", "src/kbflow/engine/store_check.py",
+          'for column in ("source_sha256", "markdown_sha256"):',
+          'for column in ("source_sha256",):',
+          "tests/flows/test_ingest_flow.py::test_a_changed_file_with_the_same_text_is_recorded_not_chunked_or_written",
+          "trusted_manifest keeps the Markdown hash of a document the store lacks: it is recorded, never written back"),
+    Entry("same-text-manifest-row-not-written", "src/kbflow/engine/ingest.py",
+          "        run.state.update_manifest(same, [])\n",
+          "",
+          "tests/flows/test_ingest_flow.py::test_a_changed_file_with_the_same_text_is_recorded_not_chunked_or_written",
+          "a same-text document's new source hash is not recorded: every later run converts it again"),
+    Entry("manifest-rows-without-markdown-hash", "src/kbflow/engine/rows.py",
+          '"markdown_sha256": markdown_sha256(doc["markdown"]) if doc.get("markdown") is not None else None,',
+          '"markdown_sha256": None,',
+          "tests/flows/test_ingest_flow.py::"
+          "test_a_manifest_without_markdown_hashes_chunks_changed_files_once_and_records_them",
+          "manifest rows record no Markdown hash: no changed file is ever recognised as the same text"),
 ]
 
 

@@ -561,7 +561,8 @@ def _print_summary(summary: dict) -> None:
     for column in ("documents", "", "chunks", " ", "seconds", "  "):
         table.add_column(column, justify="right" if column.strip() == "" else "left")
     seconds = summary.get("seconds", {})
-    doc_rows = [(key, docs[key]) for key in ("new", "changed", "unchanged", "removed", "failed")]
+    doc_rows = [(key.replace("_", " "), docs[key]) for key in ("new", "changed", "same_text", "unchanged", "removed",
+                                                               "failed") if key in docs]
     chunk_rows = [(key, chunks[key]) for key in ("total", "embedded", "reused", "written", "deleted")] + [("in store", summary["store"]["count"])]
     stage_rows = [(key, f"{value:.1f}") for key, value in seconds.items()]
     for i in range(max(len(doc_rows), len(chunk_rows), len(stage_rows))):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = "3"  # 2: documents.encoding; 3: manifest.graph, the graph stage's edges
+SCHEMA_VERSION = "4"  # 2: documents.encoding; 3: manifest.graph, the graph stage's edges; 4: manifest.markdown_sha256
 
 DOCUMENTS = pa.schema(
     [
@@ -104,6 +104,9 @@ MANIFEST = pa.schema(
         ("chunk_ids", pa.list_(pa.string())),
         ("run_id", pa.string()),
         ("graph", pa.string()),  # the graph extractor's fingerprint, '' or null when the graph stage is off
+        # of the converted Markdown the stored chunks were made from: a changed file whose new Markdown has the same
+        # hash (and fingerprints) is not chunked or written again. Null in rows written before it was recorded
+        ("markdown_sha256", pa.string()),
     ]
 )
 

@@ -41,7 +41,7 @@ def test_ingest_search_stats_clear_json(docs_dir, tmp_path):
     assert ingest.returncode == 0, ingest.stderr
     summary = json.loads(ingest.stdout)
     assert set(summary) >= {"namespace", "run_id", "documents", "chunks", "store", "seconds"}
-    assert set(summary["documents"]) == {"new", "changed", "unchanged", "removed", "failed"}
+    assert set(summary["documents"]) == {"new", "changed", "same_text", "unchanged", "removed", "failed"}
     assert set(summary["chunks"]) == {"total", "embedded", "reused", "written", "deleted"}
     assert set(summary["seconds"]) == {"scan", "convert", "split", "chunk", "embed", "upsert", "total"}
     assert summary["documents"]["new"] == 4 and summary["store"]["count"] > 0

@@ -39,7 +39,7 @@ def test_first_run_then_rerun_changes_nothing(docs_dir, tmp_path, counting):
     counting.texts_embedded = 0
     second = run(docs_dir, data)
     assert counting.texts_embedded == 0 and second["chunks"]["embedded"] == 0
-    assert second["documents"] == {"new": 0, "changed": 0, "unchanged": 4, "removed": 0, "failed": 0}
+    assert second["documents"] == {"new": 0, "changed": 0, "same_text": 0, "unchanged": 4, "removed": 0, "failed": 0}
     assert snapshot(data) == (rows, manifest)
 
 
@@ -91,6 +91,72 @@ def test_a_changed_document_rewrites_only_the_rows_that_changed(tmp_path, counti
     assert longer["chunks"]["embedded"] == 1 and longer["chunks"]["written"] == len(differ) == 3  # parts 3, 4, 5
     assert {final[cid]["ordinal"] for cid in differ} == {3, 4, 5}
     assert all(final[cid]["_rowid"] == after[cid]["_rowid"] for cid in final if cid not in differ)
+
+
+def test_a_changed_file_with_the_same_text_is_recorded_not_chunked_or_written(tmp_path, counting):
+    """A new patch release of a manual changes every page's navigation bar and nothing else of most pages: those
+    pages convert to the Markdown their stored chunks were made from. Their manifest rows take the new source hash
+    (the next run skips them before conversion) and nothing of them is split, chunked, embedded or written; a page
+    whose text changed goes through every stage, and so does one whose stored chunks the store lacks."""
+    docs, data = tmp_path / "docs", tmp_path / "data"
+    docs.mkdir()
+
+    def page(release: str, body: str) -> str:
+        return (f'<html><body><div class="navheader">PostgreSQL {release} Documentation</div>'
+                f"<h1>Backups</h1><p>{body}</p></body></html>")
+
+    bodies = {name: f"The {name} page keeps seven daily copies of its records. " * 8 for name in ("a", "b", "c")}
+    for name, body in bodies.items():
+        (docs / f"{name}.html").write_text(page("15.18", body))
+    first = run(docs, data)
+    assert first["documents"]["new"] == 3 and first["documents"]["same_text"] == 0
+    rows_before, manifest_before = snapshot(data)
+
+    for name, body in bodies.items():  # a new release: every page's furniture, and one page's text
+        (docs / f"{name}.html").write_text(page("15.20", body.replace("seven", "ten") if name == "c" else body))
+    counting.texts_embedded = 0
+    update = run(docs, data)
+    assert update["documents"]["changed"] == 3 and update["documents"]["same_text"] == 2
+    assert update["chunks"]["total"] == update["chunks"]["written"] == counting.texts_embedded == 1  # page c only
+    run_dir = data / "runs" / "default" / update["run_id"]
+    chunked = {row["doc_id"] for part in (run_dir / "chunks").glob("*.parquet")
+               for row in pq.read_table(part).to_pylist()}
+    by_path = {row["source_path"]: row for row in NamespaceState(data, "default").read_manifest().to_pylist()}
+    assert chunked == {by_path["docs/c.html"]["doc_id"]}
+    rows_after, _ = snapshot(data)
+    assert [row for row in rows_after if row["source_path"] != "docs/c.html"] == \
+        [row for row in rows_before if row["source_path"] != "docs/c.html"]
+    for before in manifest_before:  # the new source hash, the same chunks
+        after = by_path[before["source_path"]]
+        assert after["source_sha256"] != before["source_sha256"] and after["run_id"] == update["run_id"]
+        assert (after["chunk_ids"] == before["chunk_ids"]) == (before["source_path"] != "docs/c.html")
+    assert run(docs, data)["documents"]["unchanged"] == 3  # the recorded hashes are the files' own
+
+    # a page whose chunks the store lost is written back, though its text is the recorded one
+    store_of(data).table.delete("source_path = 'docs/a.html'")
+    (docs / "a.html").write_text(page("15.21", bodies["a"]))
+    healed = run(docs, data)
+    assert healed["documents"]["same_text"] == 0 and healed["chunks"]["written"] == 1
+    assert [row for row in snapshot(data)[0] if row["source_path"] == "docs/a.html"] == \
+        [row for row in rows_before if row["source_path"] == "docs/a.html"]
+
+
+def test_a_manifest_without_markdown_hashes_chunks_changed_files_once_and_records_them(tmp_path, counting):
+    """Rows written before the Markdown's hash was recorded read as null: such a changed file is chunked as before
+    (nothing to compare with), and its new row records the hash."""
+    docs, data = tmp_path / "docs", tmp_path / "data"
+    docs.mkdir()
+    (docs / "a.html").write_text('<div class="navheader">v1</div><p>Keep seven daily copies of the records.</p>')
+    run(docs, data)
+    state = NamespaceState(data, "default")
+    pq.write_table(pq.read_table(state.manifest_path).drop_columns(["markdown_sha256"]), state.manifest_path)
+    assert state.read_manifest().column("markdown_sha256").to_pylist() == [None]
+    (docs / "a.html").write_text('<div class="navheader">v2</div><p>Keep seven daily copies of the records.</p>')
+    first = run(docs, data)
+    assert first["documents"]["same_text"] == 0 and first["chunks"]["total"] == 1
+    assert state.read_manifest().column("markdown_sha256").to_pylist()[0]
+    (docs / "a.html").write_text('<div class="navheader">v3</div><p>Keep seven daily copies of the records.</p>')
+    assert run(docs, data)["documents"]["same_text"] == 1
 
 
 def test_deleting_a_file_deletes_exactly_its_chunks(docs_dir, tmp_path, counting):

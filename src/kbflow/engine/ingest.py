@@ -52,7 +52,7 @@ from kbflow.engine import stages
 from kbflow.engine.embedding import embed_with_cache
 from kbflow.engine.plan import Fingerprints, Plan, check_deletion_guard, make_plan
 from kbflow.engine.rows import (chunks_of, conversion_failures, embed_inputs, failure_rows, manifest_rows,
-                                ready_documents, resolve_chunk_tokens, store_rows)
+                                ready_documents, resolve_chunk_tokens, same_text, store_rows)
 from kbflow.engine.runner import DirectRunner, Pending, StageRunner, call
 from kbflow.engine.summary import ChunkCounts, DocumentCounts, Failure, GraphCounts, RunSummary
 from kbflow.engine.store_check import readable_cache, trusted_manifest
@@ -285,7 +285,7 @@ def _plan(run: Run, sources: list[str] | None, texts: list[dict], add_only: bool
     literal = make_plan(text_sources(texts, run.namespace), manifest, run.fingerprints, force=run.force,
                         track_removals=False)
     plan = Plan(files.new + literal.new, files.changed + literal.changed, files.unchanged + literal.unchanged,
-                files.removed)
+                files.removed, {**files.same_fingerprints, **literal.same_fingerprints})
     run.summary.documents = DocumentCounts(**plan.counts())
     run.timed("scan", started)
     log.info("plan for %s: %s", run.namespace, plan.counts())
@@ -351,7 +351,8 @@ def _ingest_batches(run: Run, plan: Plan, texts_by_path: dict[str, str]) -> None
                 file_docs = pending.result() if pending is not None else DOCUMENTS.empty_table()
                 pending = start_convert(index + 1) if index + 1 < len(batches) else None  # runs ahead
                 with cores.working():  # the model's passes leave this thread a core meanwhile
-                    waiting.append(_chunked_batch(run, batch, index, file_docs, texts_by_path, len(todo), started))
+                    waiting.append(_chunked_batch(run, batch, index, file_docs, texts_by_path, len(todo), started,
+                                                  plan.same_fingerprints))
                 del file_docs
                 # while a round embeds, the next one gathers until enough texts are missing from the cache to fill
                 # the embed calls, or enough documents wait: an update's few new texts per batch then go to the
@@ -384,9 +385,11 @@ def _ingest_batches(run: Run, plan: Plan, texts_by_path: dict[str, str]) -> None
 
 
 def _chunked_batch(run: Run, batch: list, index: int, file_docs: pa.Table, texts_by_path: dict[str, str],
-                   total: int, started: float) -> Waiting:
+                   total: int, started: float, same_fingerprints: dict[str, dict]) -> Waiting:
     """One converted batch (its files' documents plus its literal texts) split and chunked, each step's table
-    written to the run's snapshot; ``started``: when the run began waiting for its conversion."""
+    written to the run's snapshot; ``started``: when the run began waiting for its conversion. Changed files that
+    converted to the Markdown their stored chunks were made from (``same_fingerprints``: their manifest rows) are
+    recorded with their new source hash instead: the store holds their chunks already."""
     config, size = run.config, run.config.flow.doc_batch
     first, last = index * size, index * size + len(batch) - 1
     label, part = f"docs {first}-{last}", f"part-{index:05d}.parquet"
@@ -397,6 +400,10 @@ def _chunked_batch(run: Run, batch: list, index: int, file_docs: pa.Table, texts
     run.summary.failures.extend(conversion_failures(documents))
     _withdraw_secrets(run, documents)
     failpoint("convert.done")
+    documents, same = same_text(documents, same_fingerprints, run.run_id)
+    if same.num_rows:  # the store holds exactly their chunks (checked when the run planned, under its lock)
+        run.state.update_manifest(same, [])
+        run.summary.documents.same_text += same.num_rows
     key = stages.batch_key(documents)
 
     started = time.perf_counter()

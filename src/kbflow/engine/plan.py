@@ -27,6 +27,10 @@ class Plan:
     changed: list[SourceFile] = field(default_factory=list)
     unchanged: list[SourceFile] = field(default_factory=list)
     removed: list[dict] = field(default_factory=list)  # manifest rows
+    # changed files whose stored version was made by today's converter, chunker, model and graph extractor, and
+    # records its Markdown's hash: their manifest rows by doc id. Such a file whose new Markdown is the same (a
+    # page whose only change is furniture the converter drops) needs no chunking or writing (``same_text``)
+    same_fingerprints: dict[str, dict] = field(default_factory=dict)
 
     @property
     def todo(self) -> list[SourceFile]:
@@ -52,16 +56,17 @@ def make_plan(scanned: list[SourceFile], manifest: pa.Table, fingerprints: Finge
     those under a folder the scan could not list (out of sight is not deleted)."""
     stored = {row["doc_id"]: row for row in manifest.to_pylist()}
     plan = Plan()
+    current = (fingerprints.converter, fingerprints.chunker, fingerprints.model_id, fingerprints.graph)
     for source in scanned:
         row = stored.get(source.doc_id)
         if row is None:
             plan.new.append(source)
-        elif force or (row["source_sha256"], row["converter"], row["chunker"], row["model_id"],
-                       row.get("graph") or "") != (
-            source.source_sha256, fingerprints.converter, fingerprints.chunker, fingerprints.model_id,
-            fingerprints.graph
-        ):
+            continue
+        same = (row["converter"], row["chunker"], row["model_id"], row.get("graph") or "") == current
+        if force or not same or row["source_sha256"] != source.source_sha256:
             plan.changed.append(source)
+            if same and not force and row.get("markdown_sha256") and row["source_path"] == source.source_path:
+                plan.same_fingerprints[source.doc_id] = row
         else:
             plan.unchanged.append(source)
     if track_removals:

@@ -3,6 +3,7 @@ store rows from chunks and vectors, manifest and failure rows. No I/O here."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Set
 from dataclasses import asdict
 
@@ -148,6 +149,33 @@ def store_rows(chunks: pa.Table, source_paths: dict[str, str], vectors: dict[str
     return pa.table([columns[name] for name in schema.names], schema=schema)
 
 
+def markdown_sha256(markdown: str) -> str:
+    """The hash a manifest row keeps of the Markdown its document's chunks were made from."""
+    return hashlib.sha256(markdown.encode("utf-8")).hexdigest()
+
+
+def same_text(documents: pa.Table, stored: dict[str, dict], run_id: str) -> tuple[pa.Table, pa.Table]:
+    """(the documents left to split, chunk, embed and write; the manifest rows of the others). The others are
+    changed files (``stored``: their manifest rows, whose fingerprints are today's) that converted to the very
+    Markdown their stored chunks were made from: the store already holds what chunking it again would write, so
+    their rows only take the new source hash and this run's id."""
+    if not stored or not documents.num_rows:
+        return documents, MANIFEST.empty_table()
+    same: list[dict] = []
+    keep: list[bool] = []
+    for doc_id, status, source_sha256, markdown in zip(*(documents.column(c).to_pylist() for c in
+                                                         ("doc_id", "status", "source_sha256", "markdown"))):
+        row = stored.get(doc_id)
+        unchanged = (row is not None and status == "ok" and markdown is not None
+                     and row["markdown_sha256"] == markdown_sha256(markdown))
+        keep.append(not unchanged)
+        if unchanged:
+            same.append({**row, "source_sha256": source_sha256, "run_id": run_id})
+    if not same:
+        return documents, MANIFEST.empty_table()
+    return documents.filter(pa.array(keep, pa.bool_())), pa.Table.from_pylist(same, schema=MANIFEST)
+
+
 def manifest_rows(documents: list[dict], chunks: pa.Table, fingerprints: Fingerprints, run_id: str,
                   graph_incomplete: Set[str] = frozenset()) -> pa.Table:
     """The manifest rows of written documents. A document whose graph is incomplete (an LLM extraction failed)
@@ -161,6 +189,7 @@ def manifest_rows(documents: list[dict], chunks: pa.Table, fingerprints: Fingerp
         "source_sha256": doc["source_sha256"], "converter": fingerprints.converter, "chunker": fingerprints.chunker,
         "model_id": fingerprints.model_id, "chunk_ids": ids_by_doc.get(doc["doc_id"], []), "run_id": run_id,
         "graph": fingerprints.graph + ("!incomplete" if doc["doc_id"] in graph_incomplete else ""),
+        "markdown_sha256": markdown_sha256(doc["markdown"]) if doc.get("markdown") is not None else None,
     } for doc in documents]
     return pa.Table.from_pylist(rows, schema=MANIFEST)
 

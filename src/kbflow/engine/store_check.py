@@ -38,7 +38,7 @@ def stored_ids(store, namespace: str) -> pa.Table:
 
 def trusted_manifest(store, namespace: str, manifest: pa.Table) -> tuple[pa.Table, list[str]]:
     """``manifest`` with the documents whose stored chunks differ from the listed ones marked as not matching any
-    file (no source hash), and those documents' ids (the run plans them again, or removes them)."""
+    file or text (no source or Markdown hash), and those documents' ids (the run plans them again, or removes them)."""
     if not manifest.num_rows:
         return manifest, []
     ids = stored_ids(store, namespace)
@@ -52,11 +52,14 @@ def trusted_manifest(store, namespace: str, manifest: pa.Table) -> tuple[pa.Tabl
         return manifest, []
     log.warning("%s: the store lacks or differs from %d documents of the manifest; they are written again",
                 namespace, len(differ))
-    # kept, with no source hash: a file still there is planned as changed and written again, a file gone is
-    # planned as removed (a run killed in the middle of a removal is finished and counted by the next)
+    # kept, with no source or Markdown hash: a file still there is planned as changed and written again (its text
+    # is not taken for the stored one), a file gone is planned as removed (a run killed in the middle of a removal
+    # is finished and counted by the next)
     mask = pc.is_in(manifest.column("doc_id"), value_set=pa.array(differ, pa.string()))
-    hashes = pc.if_else(mask, pa.scalar("", pa.string()), manifest.column("source_sha256"))
-    return manifest.set_column(manifest.schema.get_field_index("source_sha256"), "source_sha256", hashes), differ
+    for column in ("source_sha256", "markdown_sha256"):
+        hashes = pc.if_else(mask, pa.scalar("", pa.string()), manifest.column(column))
+        manifest = manifest.set_column(manifest.schema.get_field_index(column), column, hashes)
+    return manifest, differ
 
 
 def readable_cache(cache) -> str | None:

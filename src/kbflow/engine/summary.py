@@ -48,6 +48,9 @@ def _where(where: dict[str, Any]) -> dict[str, Any]:
 class DocumentCounts:
     new: int = 0
     changed: int = 0
+    # of the changed: files whose converted Markdown is what their stored chunks were made from (a page whose only
+    # change is furniture the converter drops); their record takes the new source hash, nothing is chunked or written
+    same_text: int = 0
     unchanged: int = 0
     removed: int = 0
     failed: int = 0  # documents with at least one failure (set when the run finishes)
