@@ -50,7 +50,7 @@ def test_dask_cluster_run_stores_what_the_thread_runner_stores(tmp_path):
             built = client.run(lambda: [key[0] for key in __import__("kbflow.portable").portable._built])
 
     assert dask_summary["documents"] == thread_summary["documents"] == {
-        "new": 2, "changed": 0, "unchanged": 0, "removed": 0, "failed": 0}
+        "new": 2, "changed": 0, "same_text": 0, "unchanged": 0, "removed": 0, "failed": 0}
     assert dask_summary["chunks"] == thread_summary["chunks"]
     assert len(built) == 2 and any("embedder" in keys for keys in built.values()), built
     by_thread, by_dask = _stored(tmp_path / "threads"), _stored(tmp_path / "dask")

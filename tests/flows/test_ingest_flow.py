@@ -198,7 +198,7 @@ def test_add_document_adds_one_file_and_leaves_the_others(docs_dir, tmp_path, co
     extra.parent.mkdir()
     extra.write_text("# Tea\n\nGreen tea is brewed with water at 80 degrees for two minutes.\n")
     summary = api.add_document(extra, data_dir=data)
-    assert summary["documents"] == {"new": 1, "changed": 0, "unchanged": 0, "removed": 0, "failed": 0}
+    assert summary["documents"] == {"new": 1, "changed": 0, "same_text": 0, "unchanged": 0, "removed": 0, "failed": 0}
     rows, manifest = snapshot(data)
     assert {m["source_path"] for m in manifest} == {m["source_path"] for m in before[1]} | {"tea.md"}
     assert [row for row in rows if row["source_path"] != "tea.md"] == before[0]

@@ -79,7 +79,7 @@ def test_ingest_from_s3_is_incremental_and_stores_what_a_local_ingest_stores(s3,
 
     counting.texts_embedded = 0
     again = api.ingest([url], data_dir=tmp_path / "data")
-    assert again["documents"] == {"new": 0, "changed": 0, "unchanged": 7, "removed": 0, "failed": 0}
+    assert again["documents"] == {"new": 0, "changed": 0, "same_text": 0, "unchanged": 7, "removed": 0, "failed": 0}
     assert counting.texts_embedded == 0
 
     edited = files["docs/backups.md"].replace(b"Keep seven daily backups", b"Keep ten daily backups")
@@ -87,7 +87,7 @@ def test_ingest_from_s3_is_incremental_and_stores_what_a_local_ingest_stores(s3,
     client.put_object(Bucket=bucket, Key="docs/backups.md", Body=edited)
     client.delete_object(Bucket=bucket, Key="docs/search.md")
     update = api.ingest([url], data_dir=tmp_path / "data")
-    assert update["documents"] == {"new": 0, "changed": 1, "unchanged": 5, "removed": 1, "failed": 0}
+    assert update["documents"] == {"new": 0, "changed": 1, "same_text": 0, "unchanged": 5, "removed": 1, "failed": 0}
     assert counting.texts_embedded == 1
     texts = store_of(tmp_path / "data").rows(["source_path", "text"]).to_pylist()
     assert any("ten daily" in row["text"] for row in texts) and not any("seven daily" in row["text"] for row in texts)
@@ -139,7 +139,7 @@ def test_an_unreachable_store_keeps_its_documents_and_records_why(tmp_path, monk
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{_free_port()}")
     stored = store_of(tmp_path / "data").rows(["chunk_id", "text"]).to_pylist()
     summary = api.ingest(["s3://going-down/docs/"], data_dir=tmp_path / "data")
-    assert summary["documents"] == {"new": 0, "changed": 0, "unchanged": 0, "removed": 0, "failed": 0}
+    assert summary["documents"] == {"new": 0, "changed": 0, "same_text": 0, "unchanged": 0, "removed": 0, "failed": 0}
     [failure] = summary["failures"]
     assert (failure["stage"], failure["error_type"], failure["source_path"]) == ("scan", "UnreadableFolder", "docs")
     assert f"its {first['documents']['new']} stored documents are kept" in failure["message"]
