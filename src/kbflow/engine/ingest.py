@@ -402,6 +402,8 @@ def _chunked_batch(run: Run, batch: list, index: int, file_docs: pa.Table, texts
     failpoint("convert.done")
     documents, same = same_text(documents, same_fingerprints, run.run_id)
     if same.num_rows:  # the store holds exactly their chunks (checked when the run planned, under its lock)
+        _, _, lock = run.writing()
+        lock.check()  # a lease on object storage that lapsed: another writer may hold the namespace now
         run.state.update_manifest(same, [])
         run.summary.documents.same_text += same.num_rows
     key = stages.batch_key(documents)
