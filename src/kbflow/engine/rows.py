@@ -166,11 +166,12 @@ def same_text(documents: pa.Table, stored: dict[str, dict], run_id: str) -> tupl
     for doc_id, status, source_sha256, markdown in zip(*(documents.column(c).to_pylist() for c in
                                                          ("doc_id", "status", "source_sha256", "markdown"))):
         row = stored.get(doc_id)
-        unchanged = (row is not None and status == "ok" and markdown is not None
-                     and row["markdown_sha256"] == markdown_sha256(markdown))
-        keep.append(not unchanged)
-        if unchanged:
+        if row is not None and status == "ok" and markdown is not None \
+                and row["markdown_sha256"] == markdown_sha256(markdown):
             same.append({**row, "source_sha256": source_sha256, "run_id": run_id})
+            keep.append(False)
+        else:
+            keep.append(True)
     if not same:
         return documents, MANIFEST.empty_table()
     return documents.filter(pa.array(keep, pa.bool_())), pa.Table.from_pylist(same, schema=MANIFEST)
