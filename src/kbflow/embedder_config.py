@@ -110,9 +110,9 @@ class E5Embedder(_Threads, _Embedder):
 
     backend: Literal["e5"] = Field(description=BACKEND_HELP)
     precision: Literal["auto", "fp32", "bf16", "int8"] = Field(
-        "auto", description="'auto' (default): bf16 where a bf16 product is measured at least 1.3 times as fast as "
-        "fp32 on this CPU (AMX tiles, or AVX-512 BF16), fp32 elsewhere, for a new namespace; an existing one keeps the "
-        "precision it was made with. 'fp32' (any CPU); 'bf16' (1.6 to 2.4 times fp32's speed where it is fast, "
+        "auto", description="'auto' (default): bf16 on a CPU with AMX tiles where a bf16 product is measured at "
+        "least 1.3 times as fast as fp32, fp32 elsewhere, for a new namespace; an existing one keeps the precision it "
+        "was made with. 'fp32' (any CPU); 'bf16' (1.6 to 2.4 times fp32's speed with AVX-512 BF16 or AMX, "
         "cosine >= 0.9999 to fp32; elsewhere it runs, slower than fp32); 'int8' (CTranslate2, the e5-int8 extra: "
         "cosine >= 0.99 to fp32, nDCG@10 within about a point). Each is its own model id.")
     int8_cache_dir: str | None = Field(
@@ -126,8 +126,8 @@ class AutoEmbedder(_ModelFolder, _Threads, _Embedder):
 
     backend: Literal["auto"] = Field("auto", description=BACKEND_HELP)
     precision: Literal["auto", "fp32", "bf16", "int8"] = Field(
-        "auto", description="When auto chooses e5 for a new namespace: 'auto' (bf16 where its products are measured "
-        "faster than fp32 on this CPU, fp32 elsewhere), 'fp32', 'bf16' or 'int8'. An existing namespace keeps the "
+        "auto", description="When auto chooses e5 for a new namespace: 'auto' (bf16 on a CPU with AMX tiles where its "
+        "products are measured fast, fp32 elsewhere), 'fp32', 'bf16' or 'int8'. An existing namespace keeps the "
         "precision it was made with.")
     int8_cache_dir: str | None = Field(None, description="When auto chooses e5 int8: where the converted model "
                                        "is kept.")
