@@ -294,7 +294,7 @@ def product_seconds(dtype, repeats: int = 3) -> float:
 
 @lru_cache(maxsize=None)
 def bf16_is_fast() -> bool:
-    """Whether bf16 matrix products beat fp32 on this CPU, measured once per process (~80 ms): the model's FFN
+    """Whether bf16 matrix products beat fp32 on this CPU, measured once per process (~70 ms): the model's FFN
     product over 1,024 tokens must run at least 1.3 times as fast in bf16 as in fp32. Measured rather than read
     from the CPU's flags: with AMX tiles bf16 ran ~8 times fp32's speed, with AVX-512 BF16 alone (AMD Zen 4) ~2
     times, and without either oneDNN converts it in software, slower than fp32 (docs/embedding.md)."""
@@ -324,9 +324,10 @@ def has_amx() -> bool:
 
 def auto_precision() -> str:
     """``embedder.precision: auto`` for a new namespace: bf16 where it is fast (``bf16_is_fast``) and the CPU has
-    AMX tiles, else fp32. A precision becomes a default only where it was measured to rank like fp32 (nDCG@10 within
-    half a point on every dev set): with AMX it moved at most 0.41 point; with AVX-512 BF16 alone (AMD Zen 4), 1.6
-    times fp32's speed, one set moved 0.52 point, so there it stays an opt-in (docs/embedding.md)."""
+    AMX tiles, else fp32. A precision becomes a default only where it was measured to rank like fp32 (nDCG@10
+    within half a point on every dev set): with AMX it moved at most 0.41 point; with AVX-512 BF16 alone (AMD Zen
+    4), at 1.6 to 2 times fp32's speed, one set moved 0.52 point, so there it stays an opt-in
+    (docs/embedding.md)."""
     return "bf16" if has_amx() and bf16_is_fast() else "fp32"
 
 
