@@ -72,7 +72,7 @@ def digest(*parts: object) -> str:
 def batch_key(documents: pa.Table) -> str:
     """What split and chunk depend on: the converted documents themselves (a document that failed and now converts
     changes the key, so a batch's sections are never reused from a run where it had failed)."""
-    return digest([(doc_id, status, converter, hashlib.sha256((markdown or "").encode()).hexdigest())
+    return digest([(doc_id, status, converter, rows.markdown_sha256(markdown or ""))
                    for doc_id, status, converter, markdown in zip(*(documents.column(c).to_pylist() for c in
                                                                     ("doc_id", "status", "converter", "markdown")))])
 
