@@ -327,7 +327,7 @@ def auto_precision() -> str:
     AMX tiles, else fp32. A precision becomes a default only where it was measured to rank like fp32 (nDCG@10
     within half a point on every dev set): with AMX it moved at most 0.41 point; with AVX-512 BF16 alone (AMD Zen
     4), at 1.6 to 2 times fp32's speed, one set moved 0.52 point, so there it stays an opt-in. int8 is never
-    chosen: on that CPU it runs about 2.8 times fp32's speed with exact int8 rounding (VNNI), and one set moved 0.7
+    chosen: on that CPU it runs 2.2 to 2.8 times fp32's speed with exact int8 rounding (VNNI), and one set moved 0.7
     point (docs/embedding.md, every precision tried)."""
     return "bf16" if has_amx() and bf16_is_fast() else "fp32"
 
