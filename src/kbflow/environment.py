@@ -46,6 +46,21 @@ def user_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kbflow"
 
 
+def cpu_info(path: Path = Path("/proc/cpuinfo")) -> dict[str, str]:
+    """The first processor's fields in /proc/cpuinfo (``model name``, ``flags``, ...); empty where there is none
+    (not Linux) or it cannot be read."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return {}
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        key, colon, value = line.partition(":")
+        if colon:
+            fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
 # How often a thread that wants the GIL gets it from one that runs Python, during an ingest: the embedding thread
 # hands each of the model's operations to torch (which releases the GIL while it runs), and between two of them
 # waited up to Python's 5 ms for the chunking thread's turn to end, leaving the model's cores idle. Measured:

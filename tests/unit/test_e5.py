@@ -141,6 +141,30 @@ def test_512_tokens_fit_and_513_are_refused(e5):
         e5.embed_queries([fits])
 
 
+def test_has_amx_needs_the_amx_flag_and_the_kernels_grant(tmp_path, monkeypatch):
+    """AMX counts only where /proc/cpuinfo lists amx_bf16 and the kernel grants the tile state; the kernel is not
+    asked on a CPU without the flag."""
+    import torch
+
+    import kbflow.embed.e5 as e5_module
+    from kbflow.environment import cpu_info
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: Some Xeon\nflags\t\t: fpu avx512f amx_tile amx_bf16\n\n"
+                       "processor\t: 1\nmodel name\t: Some Xeon\nflags\t\t: fpu avx512f amx_tile amx_bf16\n",
+                       encoding="utf-8")
+    assert cpu_info(cpuinfo) == {"processor": "0", "model name": "Some Xeon", "flags": "fpu avx512f amx_tile amx_bf16"}
+    assert cpu_info(tmp_path / "absent") == {}
+    asked = []
+    monkeypatch.setattr(torch._C._cpu, "_init_amx", lambda: asked.append(1) or granted)
+    for flags, granted, expected, asks in (("avx512f amx_tile amx_bf16", True, True, 1),
+                                           ("avx512f amx_tile amx_bf16", False, False, 1),
+                                           ("avx512f avx512_bf16", True, False, 0)):
+        asked.clear()
+        monkeypatch.setattr(e5_module, "cpu_info", lambda: {"flags": flags})
+        assert e5_module.has_amx() is expected and len(asked) == asks
+
+
 @pytest.mark.parametrize("amx, fast", [(True, True), (False, True), (True, False), (False, False)])
 def test_precision_auto_chooses_bf16_only_with_amx_where_it_is_fast_and_bf16_runs_anywhere(amx, fast, monkeypatch,
                                                                                            caplog):

@@ -10,6 +10,7 @@ import tarfile
 from pathlib import Path
 
 from kbflow.config import load_config
+from kbflow.environment import cpu_info
 from kbflow.errors import ConfigError
 
 
@@ -52,15 +53,9 @@ CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile",
 def machine() -> dict:
     """The cores a result was measured on: CPU model, logical CPUs, the instruction-set flags that matter for
     inference (from /proc/cpuinfo on Linux), and the 1-minute load average now."""
-    model, flags = platform.processor() or platform.machine(), set()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text(errors="replace").splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                model = value.strip()
-            elif key.strip() == "flags":
-                flags = set(value.split())
+    info = cpu_info()
+    model = info.get("model name") or platform.processor() or platform.machine()
+    flags = set(info.get("flags", "").split())
     return {"cpu": model, "cpu_count": os.cpu_count(), "cpu_flags": [f for f in CPU_FLAGS if f in flags],
             "load_avg_1m": round(os.getloadavg()[0], 2)}
 

@@ -53,6 +53,7 @@ from kbflow.chunk.counters import bisect_cut
 from kbflow.embed import e5_int8
 from kbflow.embed.q4 import Q4Model, WordTable, dequantise, file_sha256, read_q4_file
 from kbflow.embed.base import QUERY_PASS_TEXTS, BaseEmbedder, format_prefixes, passage_threads, torch_threads
+from kbflow.environment import cpu_info
 from kbflow.errors import ConfigError, EmbeddingError
 from kbflow.extras import check
 
@@ -313,11 +314,8 @@ def has_amx() -> bool:
     import torch
 
     try:
-        flags = Path("/proc/cpuinfo").read_text().split()
-    except OSError:
-        return False
-    try:
-        return "amx_bf16" in flags and bool(torch._C._cpu._init_amx())  # asks the kernel for the AMX tile state
+        # _init_amx asks the kernel for the AMX tile state
+        return "amx_bf16" in cpu_info().get("flags", "").split() and bool(torch._C._cpu._init_amx())
     except (AttributeError, RuntimeError):
         return False
 
