@@ -57,12 +57,14 @@ def ingest(
     config: KbConfig | None = None,
     add_only: bool = False,
     roots: list[str] | None = None,
+    uploads: list[dict] | None = None,
 ) -> dict:
     """Ingest files and folders (and/or literal texts) into a namespace; returns the run summary. The config is
     ``config`` (an object) or the YAML file ``config_path`` (or the defaults). The sources are the namespace's
     whole set of files (stored files no longer among them are removed) unless ``add_only``. ``roots``: folders
-    every file met in the walk must really lie under (sources someone else sent, checked by ``kbflow.trust``)."""
+    every file met in the walk must really lie under (sources someone else sent, checked by ``kbflow.trust``);
+    ``uploads``: documents sent inline, already in the inbox (``kbflow.sources.upload``)."""
     settings = flow_config(config, config_path, data_dir)
     job = IngestJob(sources, namespace, texts or [], dry_run, force, allow_mass_delete, add_only,
-                    tuple(roots or ()))
+                    tuple(roots or ()), uploads or [])
     return run_ingest(settings, job)

@@ -14,7 +14,7 @@ from kbflow.environment import set_quiet_offline_defaults
 
 from kbflow.config import KbConfig, check_namespace  # noqa: E402
 from kbflow.convert.converters import without_nul  # noqa: E402
-from kbflow.convert.objects import is_url  # noqa: E402
+from kbflow.sources import kind_of  # noqa: E402
 from kbflow.engine.ingest import IngestJob  # noqa: E402
 from kbflow.engine.reembed import reembed as run_engine_reembed  # noqa: E402
 from kbflow.engine.store_check import stored_ids  # noqa: E402
@@ -43,7 +43,7 @@ def ingest(sources: Sequence[str | Path] | None, namespace: str | None = None, c
         if not str(source).strip():
             raise ConfigError("an empty source path was given; pass an existing file or folder (an empty string "
                               "would mean the current directory)")
-        if not is_url(source) and not Path(source).exists():  # fail before any work (a URL: at its listing)
+        if not _exists(str(source)):  # fail before any work (a URL: at its listing)
             raise ConfigError(f"source {str(source)!r} does not exist: pass an existing file or folder")
     cfg = resolve_config(config, data_dir)
     return run_ingest(cfg, IngestJob([str(s) for s in sources] if sources else None, namespace,
@@ -57,10 +57,38 @@ def add_document(path: str | Path, namespace: str | None = None, config: KbConfi
     path relative to the file's own folder, so adding ``a/x.md`` and ``b/x.md`` is one document, the later one.
     ``roots``: a path someone else sent, already checked (``kbflow.trust``); a symlink met in its folder that
     leads out of these folders is not read."""
-    if not str(path).strip() or not (is_url(path) or Path(path).exists()):
+    if not str(path).strip() or not _exists(str(path)):
         raise ConfigError(f"document {str(path)!r} does not exist: pass an existing file or folder")
     return run_ingest(resolve_config(config, data_dir), IngestJob([str(path)], namespace, force=force, add_only=True,
                                                             roots=tuple(roots)))
+
+
+def _exists(source: str) -> bool:
+    """Whether a local source (a path, a file:// URL) exists; any other URL is checked when it is listed."""
+    kind = kind_of(source)
+    return kind.name != "local" or Path(kind.normalise(source)).expanduser().exists()
+
+
+def add_upload(name: str, data: bytes, namespace: str | None = None, config: KbConfig | str | Path | None = None,
+               data_dir: str | Path | None = None, page_url: str | None = None) -> dict:
+    """Add (or replace, same name) a document sent inline: ``data`` is the file's bytes, ``name`` its file name
+    (its extension picks the converter). It is stored as ``upload:<name>``, apart from files, so it never replaces
+    a file of the same name. ``page_url``: the bytes are that web page's (fetched for someone else), stored under
+    the page's identity instead (``kbflow.sources.web``). The secret scan reads the content before anything is
+    written; refused content never reaches the disk (``kbflow.sources.upload``)."""
+    from kbflow.convert.web import source_path_of
+    from kbflow.sources.upload import INBOX, check_name, check_upload, inbox_name
+    from kbflow.storage import location, write_bytes_atomic
+
+    cfg = resolve_config(config, data_dir)
+    name = check_name(name)
+    namespace = check_namespace(namespace or cfg.namespace)
+    source_path = source_path_of(page_url) if page_url else f"upload:{name}"
+    check_upload(data, name, source_path, cfg.convert)
+    target = location(cfg.data_dir) / INBOX / namespace / inbox_name(source_path, Path(name).suffix)
+    write_bytes_atomic(target, data)
+    return run_ingest(cfg, IngestJob([], namespace, add_only=True,
+                                     uploads=[{"source_path": source_path, "path": str(target)}]))
 
 
 def add_text(text: str, doc_id: str, namespace: str | None = None, config: KbConfig | str | Path | None = None,

@@ -263,7 +263,7 @@ def add_text(text: str = typer.Argument(..., help="The text to add (Markdown is 
 
 
 @app.command("add-document")
-def add_document(path: Path = typer.Argument(..., help="A file, or a folder whose files to add."),
+def add_document(path: str = typer.Argument(..., metavar="PATH", help="A file, or a folder whose files to add."),
                  namespace: Optional[str] = NamespaceOpt, config: Optional[Path] = ConfigOpt,
                  data_dir: Optional[str] = DataDirOpt, as_json: bool = JsonOpt) -> None:
     """Add or update a file (or a folder's files), leaving the namespace's other documents alone; `ingest` instead
@@ -440,15 +440,18 @@ def serve(
     """Serve the deployments (nightly per namespace, on-demand, backfill, reembed) to the Prefect server at PREFECT_API_URL."""
     import os
 
-    from kbflow.deploy import DEFAULT_CONFIG, load_named_config
+    from kbflow.deploy import CONFIGS_DIR_ENV, load_named_config, served_config
 
     try:
-        name = config or DEFAULT_CONFIG
+        name, folder = served_config(config)
+        # the runs this process starts (and their form's config names) read the configs folder chosen here,
+        # whatever folder a run executes in
+        os.environ[CONFIGS_DIR_ENV] = str(folder)
         cfg = load_named_config(name)
         from kbflow.flows import deployments as deployments_module
 
         if prefect_yaml is not None:
-            prefect_yaml.write_text(deployments_module.prefect_yaml(cfg, name, pool), encoding="utf-8")
+            prefect_yaml.write_text(deployments_module.prefect_yaml(cfg, name, pool, folder), encoding="utf-8")
             out.print(f"wrote {prefect_yaml}: the deployments of config {name!r} on work pool {pool!r}")
             return
         deployments = deployments_module.build_deployments(cfg, name)

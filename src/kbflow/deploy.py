@@ -104,14 +104,23 @@ class BackfillRequest(BaseModel):
 DEFAULT_CONFIG = "default"
 
 
+def configs_folder() -> Path:
+    """The folder config names are looked up in: KBFLOW_CONFIGS_DIR, else ./configs, as an absolute path."""
+    return Path(os.environ.get(CONFIGS_DIR_ENV) or "configs").expanduser().absolute()
+
+
+def is_config_file(name: str) -> bool:
+    return name.endswith((".yaml", ".yml")) or os.sep in name or "/" in name
+
+
 def config_path(name: str) -> Path | None:
     """The YAML file a config name stands for; an error lists the names that exist. ``default`` with no
     ``default.yaml`` in the configs folder means kbflow's built-in defaults (None): a plain install has no
     configs folder."""
-    if name.endswith((".yaml", ".yml")) or os.sep in name or "/" in name:
-        path = Path(name)
+    if is_config_file(name):
+        path = Path(name).expanduser()
     else:
-        folder = Path(os.environ.get(CONFIGS_DIR_ENV, "configs"))
+        folder = configs_folder()
         path = folder / f"{name}.yaml"
         if not path.is_file():
             if name == DEFAULT_CONFIG:
@@ -129,9 +138,32 @@ def config_path(name: str) -> Path | None:
 def config_names() -> list[str]:
     """The config names known here: ``default`` (kbflow's built-in defaults when there is no default.yaml) and
     every YAML file in the configs folder (KBFLOW_CONFIGS_DIR, default ./configs)."""
-    folder = Path(os.environ.get(CONFIGS_DIR_ENV, "configs"))
+    folder = configs_folder()
     found = sorted(p.stem for p in folder.glob("*.yaml")) if folder.is_dir() else []
     return [DEFAULT_CONFIG] + [name for name in found if name != DEFAULT_CONFIG]
+
+
+def served_config(text: str | None) -> tuple[str, Path]:
+    """(the config name served deployments pass, the configs folder their runs read it from) for ``kbflow serve
+    --config TEXT``: a name is looked up in the configs folder; a file path names its folder as the configs folder
+    (with KBFLOW_CONFIGS_DIR set, the file must lie in that folder). The operator's choice is made absolute here,
+    once, so a run started from a Run form finds it whatever folder the run executes in."""
+    text = text or DEFAULT_CONFIG
+    if not is_config_file(text):
+        config_path(text)  # an unknown name is an error now, not at the first run
+        return text, configs_folder()
+    path = Path(text).expanduser().absolute()
+    if not path.is_file():
+        raise ConfigError(f"config file {text!r} does not exist: pass an existing YAML file or a config name")
+    if path.suffix != ".yaml":
+        raise ConfigError(f"config file {text!r}: a served config is named NAME.yaml (its name is what a Run form "
+                          "sends); rename it")
+    folder = configs_folder() if os.environ.get(CONFIGS_DIR_ENV) else path.parent
+    if path.parent.resolve() != folder.resolve():
+        raise ConfigError(f"config file {text!r} is not in the configs folder {str(folder)!r} ({CONFIGS_DIR_ENV}): "
+                          "served runs read configs from that folder only; move the file there or unset "
+                          f"{CONFIGS_DIR_ENV}")
+    return path.stem, path.parent
 
 
 def offer_config_names(schema: dict, names: list[str], default: str) -> dict:
@@ -222,10 +254,10 @@ def served_config_path(name: str) -> Path | None:
     path = config_path(name)
     if path is None:
         return None
-    folder = Path(os.environ.get(CONFIGS_DIR_ENV, "configs"))
+    folder = configs_folder()
     allowed = SourcePolicy.create([folder], root_setting=CONFIGS_DIR_ENV) if folder.is_dir() else SourcePolicy()
-    try:
-        return allowed.check_path(path)
+    try:  # a relative file name is relative to the run's folder, as config_path read it, not to the configs folder
+        return allowed.check_path(path.absolute())
     except ConfigError:
         raise SourceRefused(f"config {name!r} is not in the configs folder {str(folder)!r}: a deployed run reads "
                             f"only the configs there (pass a config name, or move the file there; "

@@ -42,6 +42,10 @@ class KnowledgeBase:
         returns the run summary. ``roots``: see ``kbflow.api.add_document``."""
         return self._written(api.add_document(path, self.namespace, self.config, roots=roots))
 
+    def add_upload(self, name: str, data: bytes, page_url: str | None = None) -> dict:
+        """Add (or replace, same name) a document sent inline as bytes; see ``kbflow.api.add_upload``."""
+        return self._written(api.add_upload(name, data, self.namespace, self.config, page_url=page_url))
+
     def search(self, query: str, limit: int | None = None, mode: str | None = None, min_score: float | None = None,
                source_glob: str | None = None, heading_prefix: list[str] | None = None,
                doc_ids: list[str] | None = None, expand: str | None = None) -> list[Hit]:

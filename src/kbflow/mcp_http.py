@@ -100,7 +100,9 @@ def _checked(token: str, where: str) -> str:
 
 def _scoped_tokens(path: Path, environ) -> list[tuple[bytes, Grant]]:
     """``tokens: [{name, sha256 | token_env, namespaces, access}]``: sha256 is the hex digest of the token (so the
-    file holds no secret), token_env names a variable holding the token; access is read-only or read-write."""
+    file holds no secret), token_env names a variable holding the token; namespaces lists the token's namespaces
+    (``["*"]``: every namespace the server serves; empty or missing is refused); access is read-only or
+    read-write."""
     try:
         raw = yaml.safe_load(_read(path, "--tokens")) or {}
     except yaml.YAMLError as exc:
@@ -117,7 +119,14 @@ def _scoped_tokens(path: Path, environ) -> list[tuple[bytes, Grant]]:
         access = item.get("access", "read-only")
         if access not in ("read-only", "read-write"):
             raise ConfigError(f"{where}: access {access!r} must be read-only or read-write")
-        namespaces = tuple(check_namespace(str(name)) for name in item.get("namespaces") or ())
+        listed = item.get("namespaces")
+        if not isinstance(listed, list) or not listed:
+            raise ConfigError(f"{where}: namespaces must list the namespaces this token may use, e.g. [handbook], "
+                              "or [\"*\"] for every namespace the server serves (an empty or missing list grants "
+                              "nothing, and is refused so that it is never read as 'all')")
+        if "*" in listed and len(listed) > 1:
+            raise ConfigError(f"{where}: namespaces lists '*' (every namespace) beside names; give one or the other")
+        namespaces = () if listed == ["*"] else tuple(check_namespace(str(name)) for name in listed)
         if item.get("sha256"):
             try:
                 digest = bytes.fromhex(str(item["sha256"]))

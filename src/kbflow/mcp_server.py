@@ -24,18 +24,19 @@ from typing import Annotated, Literal
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
-from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.server.mcpserver.tools.base import Tool
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from kbflow import __version__, api
 from kbflow.config import KbConfig, check_namespace
-from kbflow.convert.objects import is_url
 from kbflow.errors import ConfigError, KbflowError
 from kbflow.kb import KnowledgeBase
 from kbflow.mcp_http import FULL, GRANT_KEY, NO_AUTH_FLAG, TOKEN_ENV, Gate, Grant, TokenTable, allowed_hosts, is_loopback
-from kbflow.storage import location, write_bytes_atomic
+from kbflow.sources import confine, kind_of
+from kbflow.sources.upload import check_name
 from kbflow.trust import SourcePolicy, fetch
 
 INSTRUCTIONS = (
@@ -67,7 +68,7 @@ class SearchResults(BaseModel):
     hits: list[Passage]
 
 
-INBOX = "mcp-inbox"  # under the data dir: files sent inline by add_document, one folder per namespace
+MAX_DOC_IDS = 1000  # a search's doc_ids filter: more is refused with this limit named
 
 
 class Tools:
@@ -146,6 +147,7 @@ class Tools:
                heading_prefix: Annotated[list[str] | None, Field(
                    description="Only sections under this heading path, e.g. ['Backup', 'Restore'].")] = None,
                doc_ids: Annotated[list[str] | None, Field(
+                   max_length=MAX_DOC_IDS,
                    description="Only these documents (doc_id values from earlier results).")] = None,
                ctx: Context | None = None) -> Annotated[CallToolResult, SearchResults]:
         """Find the passages of a namespace that best match a query. Each result has the source file path, the
@@ -208,9 +210,10 @@ class Tools:
             raise ToolError("pass either path, or filename with content or content_base64")
         if path is not None:
             return self._add_source(path, namespace, grant)
-        name = (filename or "").strip()
-        if not name or Path(name).name != name or name.startswith("."):
-            raise ToolError(f"filename {filename!r} must be a plain file name with an extension, e.g. notes.md")
+        try:
+            name = check_name(filename)
+        except KbflowError as exc:
+            raise ToolError(str(exc)) from None
         inline_base64 = ""
         if content is not None:
             size = len(content.encode("utf-8"))
@@ -226,32 +229,26 @@ class Tools:
                                                                                          validate=True)
         except binascii.Error as exc:
             raise ToolError(f"content_base64 is not valid base64 ({exc})") from None
-        return self._write(namespace, grant, lambda kb: self._add_inline(kb, name, data))
+        return self._write(namespace, grant, lambda kb: kb.add_upload(name, data))
 
     def _add_source(self, source: str, namespace: str | None, grant: Grant) -> dict:
-        """A client's path or URL, checked at the trust boundary before anything is read: an http(s) URL is
-        fetched here (each redirect checked, size-limited) and added as an inline document; a path is added with
-        its walk confined to the roots."""
+        """A client's path or URL, checked at the trust boundary before anything is read (``kbflow.sources``:
+        the same rule for a path and a ``file://`` URL): an http(s) URL is fetched here (each redirect checked,
+        size-limited) and added under the page's identity; a path is added with its walk confined to the roots."""
         self._check_writable(grant)  # refused before anything is read
         self._name(namespace, grant)
         try:
-            if is_url(source):
-                checked = self.policy.check_url(source)
-                if checked.addresses:  # http(s)
-                    fetched = fetch(source, self.policy, self.inline_bytes)
-                    name = _file_name(fetched.url, fetched.content_type)
-                    return self._write(namespace, grant, lambda kb: self._add_inline(kb, name, fetched.content))
-                return self._write(namespace, grant, lambda kb: kb.add_document(checked.url))
-            real = self.policy.check_path(source)
+            kind = kind_of(source)
+            checked = confine(source, self.policy)
+            if kind.name == "web":
+                fetched = fetch(checked, self.policy, self.inline_bytes)
+                name = "page" + _suffix(fetched.url, fetched.content_type)
+                return self._write(namespace, grant, lambda kb: kb.add_upload(name, fetched.content,
+                                                                              page_url=source))
         except KbflowError as exc:
             raise ToolError(str(exc)) from None
-        roots = tuple(str(root) for root in self.policy.roots)
-        return self._write(namespace, grant, lambda kb: kb.add_document(real, roots=roots))
-
-    def _add_inline(self, kb: KnowledgeBase, name: str, data: bytes) -> dict:
-        target = location(self.config.data_dir) / INBOX / kb.namespace / name  # a folder, or the KB's bucket
-        write_bytes_atomic(target, data)
-        return kb.add_document(str(target))
+        roots = tuple(str(root) for root in self.policy.roots) if kind.name == "local" else ()
+        return self._write(namespace, grant, lambda kb: kb.add_document(checked, roots=roots))
 
     def _too_large(self, size: int) -> str:
         return (f"inline content of {size / 1e6:.1f} MB is over this server's limit of {self.inline_bytes / 1e6:g} "
@@ -297,16 +294,48 @@ def grant_of(ctx: Context | None) -> Grant:
     return grant
 
 
-def _file_name(url: str, content_type: str) -> str:
-    """A file name for a fetched URL (its last path segment), with an extension its converter can go by."""
-    from urllib.parse import unquote, urlsplit
+def _suffix(url: str, content_type: str) -> str:
+    """The extension a fetched page is converted by: its content type's, else its URL's."""
+    from urllib.parse import urlsplit
 
-    name = Path(unquote(urlsplit(url).path)).name.lstrip(".") or "index"
-    if not Path(name).suffix:
-        kind = content_type.split(";", 1)[0].strip().lower()
-        name += {"text/html": ".html", "application/pdf": ".pdf", "text/markdown": ".md",
-                 "application/json": ".json"}.get(kind, ".txt")
-    return name
+    kind = content_type.split(";", 1)[0].strip().lower()
+    known = {"text/html": ".html", "application/xhtml+xml": ".html", "application/pdf": ".pdf",
+             "text/markdown": ".md", "application/json": ".json", "text/plain": ".txt", "text/csv": ".csv"}
+    if kind in known:
+        return known[kind]
+    suffix = Path(urlsplit(url).path).suffix.lower()
+    return suffix if suffix.isascii() and suffix[1:].isalnum() and len(suffix) <= 8 else ".txt"
+
+
+class KbflowTool(Tool):
+    """A tool whose bad arguments come back in kbflow's words (the argument, what it must be, what was sent),
+    not as the validator's text, and whose unexpected failure names its kind instead of a bare 'Error executing
+    tool' (the traceback goes to the server's log)."""
+
+    async def run(self, arguments, context, convert_result: bool = False):
+        try:
+            self.fn_metadata.validate_arguments(arguments)
+        except ValidationError as exc:
+            raise ToolError(argument_problem(self.name, exc)) from None
+        try:
+            return await super().run(arguments, context, convert_result=convert_result)
+        except UnexpectedToolError as exc:
+            cause = exc.__cause__
+            logging.getLogger("kbflow").error("MCP tool %s failed", self.name, exc_info=cause)
+            raise ToolError(f"{self.name} failed unexpectedly ({type(cause).__name__}); the server's log has the "
+                            "details: please report it with that log") from None
+
+
+def argument_problem(tool: str, exc: ValidationError) -> str:
+    """One line per bad argument: its name, the rule it broke, what was sent (shortened)."""
+    problems = []
+    for error in exc.errors(include_url=False)[:5]:
+        name = ".".join(str(part) for part in error["loc"]) or "arguments"
+        rule = error["msg"].removeprefix("Input ").removeprefix("Value ").replace("should", "must", 1)
+        sent = repr(error.get("input"))
+        problems.append(f"argument {name!r} {rule} (sent: {sent[:60]}{'...' if len(sent) > 60 else ''})")
+    more = f"; and {len(exc.errors()) - 5} more" if len(exc.errors()) > 5 else ""
+    return f"{tool}: " + "; ".join(problems) + more + ". Fix the argument (the tool's input schema gives each limit)"
 
 
 def inline_limit(config: KbConfig) -> int:
@@ -328,6 +357,9 @@ def build_server(config: KbConfig, namespaces: list[str] | None = None, read_onl
         if hints is writing and read_only:
             continue
         server.tool(annotations=hints)(fn)
+    manager = server._tool_manager  # the SDK has no hook for a tool class: each registered tool becomes ours
+    for name, tool in manager._tools.items():
+        manager._tools[name] = KbflowTool.model_construct(**{key: getattr(tool, key) for key in Tool.model_fields})
     return (server, tools) if with_tools else server
 
 

@@ -59,7 +59,7 @@ def run_ingest(config: KbConfig, job: IngestJob) -> dict:
     return as_flow_run(lambda: flow(sources=job.sources, namespace=job.namespace, texts=job.texts or None,
                                      dry_run=job.dry_run, force=job.force, allow_mass_delete=job.allow_mass_delete,
                                      config=config, add_only=job.add_only,
-                                     roots=list(job.roots) or None))
+                                     roots=list(job.roots) or None, uploads=job.uploads or None))
 
 
 def ingest_sources(sources: list[str], namespace: str, config: KbConfig) -> dict:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = "4"  # 2: documents.encoding; 3: manifest.graph, the graph stage's edges; 4: manifest.markdown_sha256
+SCHEMA_VERSION = "5"  # 2: documents.encoding; 3: manifest.graph, the graph stage's edges; 4: manifest.markdown_sha256;
+# 5: manifest.location
 
 DOCUMENTS = pa.schema(
     [
@@ -107,6 +108,9 @@ MANIFEST = pa.schema(
         # of the converted Markdown the stored chunks were made from: a changed file whose new Markdown has the same
         # hash (and fingerprints) is not chunked or written again. Null in rows written before it was recorded
         ("markdown_sha256", pa.string()),
+        # where a file document really is (its real path, an object's URL; kbflow.sources.local): the same file
+        # named another way is found again. Null for texts, uploads, web pages and rows written before it was kept
+        ("location", pa.string()),
     ]
 )
 

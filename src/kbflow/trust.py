@@ -10,12 +10,16 @@ once, at start-up, from resolved roots; a refusal is one ``SourceRefused`` namin
   differently cased spelling on a case-insensitive file system, or a bind mount of a root, is recognised and a
   name that merely starts with a root's name is not. A refusal never says where a link points or whether a path
   outside the roots exists.
+* A ``file://`` URL is a path, and a ``file://`` prefix (``--allow-source file:///srv/docs/``, a
+  ``deploy.source_roots`` entry) is a root: the same real-path check and the same walk confinement.
 * A folder's walk does not follow symlinked folders (``kbflow.convert.scan``) and refuses a symlinked file whose
-  real path leaves the roots (``contains``), so a link planted inside a root reads nothing outside it.
+  real path leaves the roots, or that leads nowhere (``contains``), so a link planted inside a root reads nothing
+  outside it, and a broken link is refused in the same words as an outside one.
 * A URL is allowed only when it starts with an allowed prefix (same scheme and host, then the path on a segment
   boundary; ``..`` refused). An http(s) URL's host must resolve to public addresses only (no loopback,
   link-local, private, shared or reserved ranges) unless the matching prefix names that host; ``fetch`` pins the
-  connection to the addresses it checked and checks every redirect hop again.
+  connection to the addresses it checked and checks every redirect hop again. An IPv6 address that carries an
+  IPv4 address (mapped, translated, compatible, NAT64, 6to4, Teredo) is judged by the IPv4 address too.
 
 Limits (docs/security.md): a file swapped for a symlink between the check and the read (time of check / time of
 use) is not caught; a hard link to a file outside a root cannot be told from the file itself; a prefix that
@@ -69,6 +73,36 @@ class Prefix:
         return path == self.path or path.startswith(self.path if self.path.endswith("/") else self.path + "/")
 
 
+MAX_PATH_BYTES = 4096  # PATH_MAX on Linux: a longer path is refused before the file system is asked
+MAX_NAME_BYTES = 255  # NAME_MAX: the longest name of one file or folder
+
+
+def is_file_url(source: object) -> bool:
+    return isinstance(source, str) and source[:7].lower() == "file://"
+
+
+def file_path(url: str) -> str:
+    """The local path a ``file://`` URL names (``file:///srv/docs/`` → ``/srv/docs/``); a host other than
+    localhost is refused (it would name another machine)."""
+    parts = urlsplit(url)
+    if parts.netloc not in ("", "localhost"):
+        raise SourceRefused(f"URL {url!r} names host {parts.netloc!r}: a file:// URL reads this machine's files "
+                            "only (write file:///path)")
+    return unquote(parts.path) or "/"
+
+
+def _root(root: str | Path, setting: str) -> Path:
+    """A root resolved once (symlinks followed), which must be an existing folder."""
+    path = Path(root).expanduser()
+    try:
+        real = path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise ConfigError(f"{setting} {str(root)!r} does not exist: pass an existing folder") from None
+    if not real.is_dir():
+        raise ConfigError(f"{setting} {str(root)!r} is not a folder: pass the folder whose files may be read")
+    return real
+
+
 def _port(parts) -> int | None:
     try:
         port = parts.port
@@ -77,12 +111,38 @@ def _port(parts) -> int | None:
     return port if port is not None else {"http": 80, "https": 443}.get(parts.scheme.lower())
 
 
+# IPv6 forms that carry an IPv4 address in their low 32 bits: NAT64 (RFC 6052 well-known and RFC 8215 local-use
+# prefixes), IPv4-translated (RFC 2765) and IPv4-compatible (deprecated, ::a.b.c.d)
+_NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+_TRANSLATED = ipaddress.ip_network("::ffff:0:0:0/96")
+_COMPATIBLE = ipaddress.ip_network("::/96")
+
+
+def embedded_ipv4(ip: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses an IPv6 address carries and would reach: IPv4-mapped, IPv4-translated,
+    IPv4-compatible, NAT64 (both prefixes), 6to4 (2002::/16) and Teredo (its server and its client)."""
+    low = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    found = []
+    if ip.ipv4_mapped is not None:
+        found.append(ip.ipv4_mapped)
+    if ip in _TRANSLATED or any(ip in net for net in _NAT64) or (ip in _COMPATIBLE and int(ip) > 1):
+        found.append(low)
+    if ip.sixtofour is not None:
+        found.append(ip.sixtofour)
+    if ip.teredo is not None:
+        found.extend(ip.teredo)
+    return found
+
+
 def public_address(address: str) -> bool:
     """Whether an IP address is one the open internet routes (not loopback, link-local, private, shared,
-    multicast or reserved); an IPv4-mapped IPv6 address is judged by its IPv4 form."""
+    multicast or reserved); an IPv6 address that carries an IPv4 address (``embedded_ipv4``) is judged by each
+    IPv4 address it carries as well."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        carried = embedded_ipv4(ip)
+        if carried:
+            return all(inner.is_global and not inner.is_multicast for inner in carried)
     return ip.is_global and not ip.is_multicast
 
 
@@ -106,32 +166,36 @@ class SourcePolicy:
                source_setting: str = "--allow-source") -> SourcePolicy:
         """Resolve the roots once (each must be an existing folder) and parse the prefixes: a bad one is an error
         at start-up, never a silently narrower or wider policy."""
-        resolved = []
-        for root in roots:
-            path = Path(root).expanduser()
-            try:
-                real = path.resolve(strict=True)
-            except (OSError, RuntimeError):
-                raise ConfigError(f"{root_setting} {str(root)!r} does not exist: pass an existing folder") from None
-            if not real.is_dir():
-                raise ConfigError(f"{root_setting} {str(root)!r} is not a folder: pass the folder whose files may "
-                                  "be read")
-            resolved.append(real)
-        return cls(tuple(dict.fromkeys(resolved)), tuple(Prefix.parse(p) for p in allow_sources), root_setting,
-                   source_setting)
+        resolved = [_root(root, root_setting) for root in roots]
+        prefixes = []
+        for text in allow_sources:
+            prefix = Prefix.parse(text)
+            if prefix.scheme == "file":  # a local folder however it is written: the same rule as a root
+                resolved.append(_root(file_path(text), source_setting))
+            else:
+                prefixes.append(prefix)
+        return cls(tuple(dict.fromkeys(resolved)), tuple(prefixes), root_setting, source_setting)
 
     # -- paths ---------------------------------------------------------------------------------------------------
 
     def check(self, source: str) -> str:
-        """What to read for ``source``: its real path under a root, or the URL under an allowed prefix."""
+        """What to read for ``source``: its real path under a root (a ``file://`` URL is a path), or the URL
+        under an allowed prefix."""
+        if is_file_url(source):
+            return str(self.check_path(file_path(source)))
         if is_url(source):
             return self.check_url(source).url
         return str(self.check_path(source))
 
     def check_path(self, raw: str | Path) -> Path:
         text = str(raw)
-        if not text.strip() or "\x00" in text:
-            raise SourceRefused(f"path {text!r} is not a path: pass a file or folder under an allowed root")
+        if not text.strip() or "\x00" in text or any(ord(ch) < 32 for ch in text):
+            raise SourceRefused(f"path {text[:200]!r} is not a path (empty, or holding control characters): pass a "
+                                "file or folder under an allowed root")
+        if len(text.encode("utf-8", "surrogateescape")) > MAX_PATH_BYTES or \
+                any(len(part.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES for part in text.split("/")):
+            raise SourceRefused(f"path {text[:80]!r}... is longer than a file system allows ({MAX_PATH_BYTES} bytes "
+                                f"in all, {MAX_NAME_BYTES} per name): pass a file or folder under an allowed root")
         if not self.roots:
             raise SourceRefused(f"reading files by path is not allowed here (no {self.root_setting} is set): send "
                                 f"the content inline, or let the server's operator allow a folder with "
@@ -170,11 +234,13 @@ class SourcePolicy:
         return None
 
     def contains(self, path: Path) -> bool:
-        """Whether a file met in a folder's walk really lies under a root (a symlinked file may point out)."""
+        """Whether a file met in a folder's walk really lies under a root (a symlinked file may point out). A
+        broken link or a loop is not contained: it is refused in the same words as a link that leads out, so a
+        refusal never tells whether a target outside the roots exists."""
         try:
             real = path.resolve(strict=True)
         except (OSError, RuntimeError):
-            return True  # a broken link or a loop reads nothing: the scan reports it as such
+            return False
         return self.root_of(real) is not None
 
     def _outside(self, text: str) -> SourceRefused:
@@ -191,7 +257,9 @@ class SourcePolicy:
         """``url`` if it lies under an allowed prefix; an http(s) URL's host must resolve to public addresses
         unless the prefix names that host."""
         if any(ch.isspace() or ord(ch) < 32 for ch in url) or "\\" in url:
-            raise SourceRefused(f"URL {url!r} holds whitespace, control characters or backslashes: refused")
+            raise SourceRefused(f"URL {url[:200]!r} holds whitespace, control characters or backslashes: refused")
+        if is_file_url(url):  # a path, confined like one: its real path under a root (file:// prefixes are roots)
+            return CheckedUrl(str(self.check_path(file_path(url))), ())
         parts = urlsplit(url)
         scheme, host, port = parts.scheme.lower(), (parts.hostname or "").lower(), _port(parts)
         path = unquote(parts.path) or "/"

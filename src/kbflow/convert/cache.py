@@ -42,3 +42,11 @@ class ConversionCache:
         write_bytes_atomic(self._path(source_sha256, fingerprint),
                            json.dumps({k: row[k] for k in CACHED_FIELDS}, ensure_ascii=False).encode("utf-8"),
                            durable=False)
+
+    def forget(self, source_sha256: str, fingerprint: str) -> None:
+        """Remove an entry (one the secret scan now refuses must not stay on disk)."""
+        path = self._path(source_sha256, fingerprint)
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass

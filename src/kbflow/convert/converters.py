@@ -13,7 +13,6 @@ import io
 import multiprocessing
 import os
 import threading
-import time
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -33,12 +32,12 @@ from kbflow.convert.formats.ocr import IMAGE_SUFFIXES, image_array, ocr_fingerpr
 from kbflow.convert.formats.pdf import PDF_VERSION, convert_pdf
 from kbflow.convert.formats.text import (CSV_SUFFIXES, TEXT_SUFFIXES, check_lines, code_language, csv_table, decode_text,
                                  fenced)
-from kbflow.convert.scan import SourceFile, doc_id_for
-from kbflow.convert.secrets import SecretFound, check_secrets
+from kbflow.convert.scan import SourceFile
+from kbflow.convert.secrets import SecretFound, check_secrets, scan_text
 from kbflow.schemas import DOCUMENTS
 
 __all__ = ["Converted", "convert_file", "convert_bytes", "convert_batch", "converter_fingerprint", "decode_text",
-           "text_sources", "text_documents"]
+           "text_documents"]
 
 CONVERT_VERSION = "3"  # bump when this module's output changes for the same input
 ZIP_MAGIC = b"PK\x03\x04"
@@ -254,18 +253,6 @@ def _convert_one(source: SourceFile, options: ConvertConfig) -> dict:
     return row
 
 
-def text_sources(texts: list[dict], namespace: str) -> list[SourceFile]:
-    """Literal texts ({'doc_id', 'text'}) as sources: path 'text:<doc_id>', hash of the text's bytes."""
-    sources = []
-    for item in texts:
-        body = item["text"].encode("utf-8")
-        source_path = f"text:{item['doc_id']}"
-        sources.append(SourceFile(doc_id=doc_id_for(namespace, source_path), source_path=source_path, abs_path="",
-                                  source_sha256=hashlib.sha256(body).hexdigest(), size=len(body),
-                                  mtime=time.time(), mime="text/markdown"))
-    return sources
-
-
 def text_documents(sources: list[SourceFile], texts_by_path: dict[str, str],
                    options: ConvertConfig | None = None) -> pa.Table:
     """Documents rows for literal texts: the text is its own Markdown, nothing to convert; one holding a
@@ -348,11 +335,13 @@ def convert_batch(sources: list[SourceFile], options: ConvertConfig | None = Non
     fingerprint = converter_fingerprint(options)
     keys = [format_fingerprint(options, source.member or source.abs_path) for source in sources]
     rows: list[dict | None] = [cache.get(s, key) if cache is not None else None for s, key in zip(sources, keys)]
-    for row in rows:
+    for source, key, row in zip(sources, keys, rows):
         if row is not None:  # same output, current fingerprint (it may differ in parts this format ignores)
             row["converter"] = f"{fingerprint}:{row['converter'].rsplit(':', 1)[-1]}"
             row["markdown"] = without_nul(row["markdown"])  # cached before NULs were removed
-            _hold_back_secrets(row, options)  # the scan may have been off, or its rules older, when it was cached
+            # the scan may have been off, or its rules older, when it was cached: such an entry leaves the cache
+            if _hold_back_secrets(row, options) and cache is not None:
+                cache.forget(source.source_sha256, key)
     todo = [i for i, row in enumerate(rows) if row is None]
     report = on_file or (lambda done: None)
     report(len(sources) - len(todo))  # the cached ones
@@ -399,12 +388,15 @@ def convert_batch(sources: list[SourceFile], options: ConvertConfig | None = Non
     return pa.Table.from_pylist(done, schema=DOCUMENTS)
 
 
-def _hold_back_secrets(row: dict, options: ConvertConfig) -> None:
+def _hold_back_secrets(row: dict, options: ConvertConfig) -> bool:
     """With ``options.secret_scan``, a converted row whose text holds a credential becomes a failure without its
-    text (never stored)."""
+    text (never stored); whether it did. The scan reads what the file says (``scan_text``: the Markdown's escapes
+    undone), not the Markdown."""
     if not options.secret_scan or row["status"] != "ok" or not row["markdown"]:
-        return
+        return False
     try:
-        check_secrets(row["markdown"], row["source_path"], options.secret_scan_allow)
+        check_secrets(scan_text(row["markdown"]), row["source_path"], options.secret_scan_allow)
     except SecretFound as exc:
         row.update(status="failed", markdown=None, error=f"{type(exc).__name__}: {exc}")
+        return True
+    return False

@@ -30,6 +30,7 @@ class SourceFile:
     mime: str
     member: str | None = None  # inside a ZIP archive (abs_path): the member's path; its bytes are read in memory
     unreadable: str | None = None  # why the file could not be read at scan time (a symlink loop, ...): fails at convert
+    location: str | None = None  # where it really is (kbflow.sources.local.location_of), once its identity is settled
 
 
 @dataclass(frozen=True)

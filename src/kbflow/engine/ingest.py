@@ -39,11 +39,16 @@ from kbflow.chunk.plans import PlanCache
 from kbflow.chunk.quality import add_batch as add_chunk_quality
 from kbflow.config import KbConfig, check_namespace
 from kbflow.convert.archive import ArchiveLimits
-from kbflow.convert.converters import converter_fingerprint, run_conversion_pool, text_documents, text_sources
+from kbflow.convert.converters import converter_fingerprint, run_conversion_pool, text_documents
 from kbflow.convert.scan import UnreadableFolder, scan
 from kbflow.convert.web import WebScan, is_web, scan_web
+from kbflow.sources import normalise
+from kbflow.sources.local import settle_identities
+from kbflow.sources.names import refuse_secret_names, stored_secret_names
+from kbflow.sources.text import text_sources
+from kbflow.sources.upload import upload_sources
 from kbflow.convert.web import save_state as save_web_state
-from kbflow.convert.secrets import SecretFound
+from kbflow.convert.secrets import SecretFound, redact
 from kbflow.embed import get_embedder
 from kbflow.embed.base import Embedder
 from kbflow.embed.choice import for_namespace
@@ -61,7 +66,7 @@ from kbflow.failpoints import failpoint
 from kbflow.graph.extract import extractor_fingerprint
 from kbflow.graph.llm_extract import FactCache, LlmExtractor, extractor_name
 from kbflow.graph.store import GraphStore
-from kbflow.schemas import CHUNKS, DOCUMENTS, EDGES, SECTIONS
+from kbflow.schemas import CHUNKS, DOCUMENTS, EDGES, MANIFEST, SECTIONS
 from kbflow.search.llm import open_chat
 from kbflow.search.tokens import TOKENIZER_VERSION, stored_terms_version
 from kbflow.state import housekeeping
@@ -103,6 +108,8 @@ class IngestJob:
     # when set, files met in a folder's walk must really lie under these folders (``kbflow.trust``): a symlink
     # leading out of them is not read. Set for sources that someone else sent (MCP, a Run form, CI)
     roots: tuple[str, ...] = ()
+    # documents sent inline, already scanned and kept in the inbox: {'source_path', 'path'} (kbflow.sources.upload)
+    uploads: list[dict] = field(default_factory=list)
 
 
 @dataclass
@@ -130,6 +137,7 @@ class Run:
     auth_refused: BaseException | None = None
     embedding_counts_at_start: dict[str, int] = field(default_factory=dict)
     web: WebScan | None = None  # what the web sources listed (kbflow.convert.web); its validators saved at the end
+    locations: dict[str, str] = field(default_factory=dict)  # doc id -> where the file is (the manifest keeps it)
 
     @property
     def failures(self) -> list[Failure]:
@@ -173,7 +181,7 @@ def _ingest(config: KbConfig, job: IngestJob, runner: StageRunner, run_id: str) 
     namespace = check_namespace(job.namespace or config.namespace)
     sources = job.sources if job.sources is not None else (config.sources or None)
     texts = job.texts or []
-    if not sources and not texts:
+    if not sources and not texts and not job.uploads:
         raise ConfigError("nothing to ingest: pass files or folders, or set `sources` in the config file")
     data_dir = location(config.data_dir)
     state = NamespaceState(data_dir, namespace)
@@ -189,7 +197,7 @@ def _ingest(config: KbConfig, job: IngestJob, runner: StageRunner, run_id: str) 
               job.force, runner, RunSummary(namespace, run_id, job.dry_run, embedder.model_id))
     run.embedding_counts_at_start = _embedding_counts(embedder)
     if job.dry_run:
-        plan = _plan(run, sources, texts, job.add_only, job.roots)
+        plan = _plan(run, sources, texts, job.add_only, job.roots, job.uploads)
         run.summary.plan = plan.table().to_pylist()
         if state.meta() is not None:  # what the namespace holds now; nothing is created by a dry run
             run.summary.store.count = open_store(config, state.store_namespace(), embedder.dimension).count()
@@ -200,12 +208,13 @@ def _ingest(config: KbConfig, job: IngestJob, runner: StageRunner, run_id: str) 
                                                                                         config.flow.lock_wait_s) as lock:
         run.lock = lock
         # one writer per namespace; the plan is made under the lock
-        plan = _plan(run, sources, texts, job.add_only, job.roots)
+        plan = _plan(run, sources, texts, job.add_only, job.roots, job.uploads)
         check_deletion_guard(plan, len(state.read_manifest()), config.flow.max_delete_fraction, job.allow_mass_delete)
         for folder in (state.root, data_dir / "runs" / namespace):  # leftovers of a killed run
             clean_temporaries(folder)
         state.record_model(embedder.model_id, embedder.dimension, TOKENIZER_VERSION)
         write_table(plan.table(), run.run_dir / "plan.parquet")
+        _record_locations(run, plan)
         failpoint("plan.written")
         run.store = open_store(config, state.store_namespace(), embedder.dimension)
         run.store.defer_vector_index = True  # built once after the last batch, not on top of a batch's memory
@@ -250,21 +259,24 @@ def _ingest(config: KbConfig, job: IngestJob, runner: StageRunner, run_id: str) 
 
 
 def _plan(run: Run, sources: list[str] | None, texts: list[dict], add_only: bool = False,
-          roots: tuple[str, ...] = ()) -> Plan:
+          roots: tuple[str, ...] = (), uploads: list[dict] | None = None) -> Plan:
     started = time.perf_counter()
     config = run.config
     limits = ArchiveLimits(int(config.convert.zip_max_total_mb * 1e6), config.convert.zip_max_members)
     unreadable: list[UnreadableFolder] = []
     confine = SourcePolicy.create(list(roots)).contains if roots else None
-    local = [source for source in sources or [] if not is_web(source)]
+    local = [normalise(source) for source in sources or [] if not is_web(source)]  # a file:// URL is its path
     scanned = scan(local, run.namespace, config.convert.include, config.convert.exclude, limits,
                    unreadable, confine) if local else []
+    scanned = refuse_secret_names(scanned, run.namespace, config.convert)
     manifest = run.state.read_manifest()
+    scanned, duplicates = settle_identities(scanned, manifest, run.namespace, add_only)
     web_sources = [source for source in sources or [] if is_web(source)]
     if web_sources:  # pages requested with the validators of their saved bodies (kbflow.convert.web)
         run.web = scan_web(web_sources, run.namespace, config.web, _web_folder(run), run.force,
                            save=not run.summary.dry_run)
-        scanned, unreadable = scanned + run.web.sources, unreadable + run.web.unreadable
+        scanned = scanned + refuse_secret_names(run.web.sources, run.namespace, config.convert)
+        unreadable = unreadable + run.web.unreadable
         run.summary.web = dict(run.web.counts)
     if manifest.num_rows:  # "unchanged" is trusted only for what the store holds (kbflow.engine.store_check)
         store = run.store or open_store(config, run.state.store_namespace(), run.embedder.dimension)
@@ -272,13 +284,20 @@ def _plan(run: Run, sources: list[str] | None, texts: list[dict], add_only: bool
         if rewrite:
             run.summary.healed.append(
                 f"{len(rewrite)} documents listed in the manifest are missing from the store or differ; written again")
-    files = make_plan(scanned, manifest, run.fingerprints, force=run.force,
-                      track_removals=bool(sources) and not add_only, unreadable_folders=unreadable)
+    files = make_plan(scanned + upload_sources(uploads or [], run.namespace), manifest, run.fingerprints,
+                      force=run.force, track_removals=bool(sources) and not add_only, unreadable_folders=unreadable)
+    removing = {row["doc_id"] for row in files.removed}
+    for row in duplicates + stored_secret_names(manifest, config.convert):  # one identity per file; no secret
+        if row["doc_id"] not in removing:  # in a stored name
+            removing.add(row["doc_id"])
+            files.removed.append(row)
+    run.locations = {source.doc_id: source.location for source in scanned if source.location}
     stored_paths = manifest.column("source_path").to_pylist()
     for folder in unreadable:  # out of sight is not deleted: its stored documents stay as they are
         kept = sum(1 for path in stored_paths if folder.holds(path))
-        run.summary.fail(Failure("scan", "UnreadableFolder", source_path=folder.source_path,
-                                 message=f"{folder.source_path}: cannot list this folder ({folder.reason}); its "
+        name = redact(folder.source_path)[0]  # a folder's name is scanned like a file's
+        run.summary.fail(Failure("scan", "UnreadableFolder", source_path=name,
+                                 message=f"{name}: cannot list this folder ({folder.reason}); its "
                                          f"{kept} stored documents are kept as they are and nothing in it was "
                                          "ingested. Fix its permissions (it must be readable by the user running "
                                          "kbflow), or exclude it with convert.exclude"))
@@ -290,6 +309,19 @@ def _plan(run: Run, sources: list[str] | None, texts: list[dict], add_only: bool
     run.timed("scan", started)
     log.info("plan for %s: %s", run.namespace, plan.counts())
     return plan
+
+
+def _record_locations(run: Run, plan: Plan) -> None:
+    """Unchanged documents stored before locations were kept get theirs now (a manifest write, nothing else), so
+    the same file named another way later is found by its location."""
+    unchanged = {source.doc_id for source in plan.unchanged if source.doc_id in run.locations}
+    if not unchanged:
+        return
+    manifest = run.state.read_manifest()
+    rows = [{**row, "location": run.locations[row["doc_id"]]} for row in manifest.to_pylist()
+            if row["doc_id"] in unchanged and row["location"] != run.locations[row["doc_id"]]]
+    if rows:
+        run.state.update_manifest(pa.Table.from_pylist(rows, schema=MANIFEST), [])
 
 
 def _web_folder(run: Run):
@@ -601,7 +633,8 @@ def _upsert(run: Run, documents, chunks, vectors, failed_keys, label: str, edges
                                         doc_id=doc["doc_id"], source_path=doc["source_path"]))
         return
     failpoint("upsert.after_store")
-    run.state.update_manifest(manifest_rows(ready, doc_chunks, run.fingerprints, run.run_id, graph_incomplete), [])
+    run.state.update_manifest(manifest_rows(ready, doc_chunks, run.fingerprints, run.run_id, graph_incomplete,
+                                            run.locations), [])
     failpoint("upsert.done")
 
 

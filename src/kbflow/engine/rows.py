@@ -4,7 +4,7 @@ store rows from chunks and vectors, manifest and failure rows. No I/O here."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Set
+from collections.abc import Mapping, Set
 from dataclasses import asdict
 
 import numpy as np
@@ -18,6 +18,7 @@ from kbflow.engine.plan import Fingerprints
 from kbflow.engine.summary import Failure
 from kbflow.errors import ConfigError
 from kbflow.search.tokens import TOKENIZER_VERSION, tokens_text
+from kbflow.sources import origin_of
 from kbflow.schemas import CHUNKS, FAILURES, MANIFEST, SECTIONS, store_schema
 from kbflow.chunk.split import Block, split_markdown
 from kbflow.chunk.tokens import TokenCounter
@@ -127,7 +128,7 @@ def ready_documents(documents: pa.Table, chunks: pa.Table, failed_keys: set[str]
     blocked_ids = {d for d, k in zip(chunks.column("doc_id").to_pylist(), chunks.column("embed_sha256").to_pylist())
                    if k in failed_keys}
     for doc in ok_docs:
-        doc["origin"] = "text" if doc["source_path"].startswith("text:") else "file"
+        doc["origin"] = origin_of(doc["source_path"])
     return ([doc for doc in ok_docs if doc["doc_id"] not in blocked_ids],
             [doc for doc in ok_docs if doc["doc_id"] in blocked_ids])
 
@@ -178,7 +179,7 @@ def same_text(documents: pa.Table, stored: dict[str, dict], run_id: str) -> tupl
 
 
 def manifest_rows(documents: list[dict], chunks: pa.Table, fingerprints: Fingerprints, run_id: str,
-                  graph_incomplete: Set[str] = frozenset()) -> pa.Table:
+                  graph_incomplete: Set[str] = frozenset(), locations: Mapping[str, str] | None = None) -> pa.Table:
     """The manifest rows of written documents. A document whose graph is incomplete (an LLM extraction failed)
     records a graph fingerprint that matches no extractor, so the next run re-processes it (from its cached
     conversion, vectors and extracted facts) and extracts what is missing."""
@@ -191,6 +192,7 @@ def manifest_rows(documents: list[dict], chunks: pa.Table, fingerprints: Fingerp
         "model_id": fingerprints.model_id, "chunk_ids": ids_by_doc.get(doc["doc_id"], []), "run_id": run_id,
         "graph": fingerprints.graph + ("!incomplete" if doc["doc_id"] in graph_incomplete else ""),
         "markdown_sha256": markdown_sha256(doc["markdown"]) if doc.get("markdown") is not None else None,
+        "location": (locations or {}).get(doc["doc_id"]),
     } for doc in documents]
     return pa.Table.from_pylist(rows, schema=MANIFEST)
 

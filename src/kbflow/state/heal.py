@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from kbflow.config import KbConfig
 from kbflow.schemas import MANIFEST
+from kbflow.sources import origin_of
 from kbflow.state.manifest import NamespaceState
 
 REBUILT_RUN_ID = "rebuilt-by-verify"  # the run id of manifest rows rebuilt from the store
@@ -87,7 +88,7 @@ def rebuild_manifest(state: NamespaceState, store, model_id: str) -> pa.Table:
         chunks_of.setdefault(doc_id, []).append(chunk_id)
     paths = _source_paths(store, list(chunks_of))
     rows = [{"doc_id": doc_id, "source_path": paths.get(doc_id, ""),
-             "origin": "text" if paths.get(doc_id, "").startswith("text:") else "file", "source_sha256": "",
+             "origin": origin_of(paths.get(doc_id, "")), "source_sha256": "",
              "converter": "", "chunker": "", "model_id": model_id, "chunk_ids": sorted(chunk_ids),
              "run_id": REBUILT_RUN_ID, "graph": ""} for doc_id, chunk_ids in chunks_of.items()]
     manifest = pa.Table.from_pylist(rows, schema=MANIFEST)

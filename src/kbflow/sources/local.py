@@ -1,0 +1,103 @@
+"""Local files and folders, however they are written: a relative or absolute path, through '..' or a symlinked
+folder, or a ``file://`` URL.
+
+Identity: ``<folder name>/<path inside it>`` for the files of a folder, the file's name for a file given alone;
+then ``settle_identities`` makes one identity per file in a namespace: a file whose real path ends in a source
+path the namespace already holds keeps that path, so ``kbflow ingest docs/`` and ``kbflow add-document
+docs/a.md`` (or the absolute path, or ``file:///…/docs/a.md``) name one document.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pyarrow as pa
+
+from kbflow.convert.archive import MEMBER_SEP
+from kbflow.convert.scan import SourceFile, doc_id_for
+from kbflow.sources.base import SourceKind, register
+from kbflow.trust import SourcePolicy, file_path, is_file_url
+from kbflow.urls import is_url
+
+
+def _claims(source: str) -> bool:
+    return is_file_url(source) or not is_url(source)
+
+
+def _normalise(source: str) -> str:
+    return file_path(source) if is_file_url(source) else source
+
+
+def _confine(source: str, policy: SourcePolicy) -> str:
+    return str(policy.check_path(_normalise(source)))
+
+
+LOCAL = register(SourceKind(
+    name="local", origin="file", prefix="", claims=_claims, normalise=_normalise, confine=_confine,
+    identity="the path inside the folder it was given as (`docs/guide/a.md`); a path the namespace already "
+             "holds for the same real file wins, however the file was named",
+    fetch="read from disk (ZIP members in memory); someone else's source only under a root, symlinks resolved",
+    change="SHA-256 of the bytes"))
+
+
+def location_of(source: SourceFile) -> str | None:
+    """Where a scanned file really is: its real path (every symlink resolved; a ZIP member after its archive's),
+    or an object's URL. The manifest keeps it, so the same file is found again however it is named next time."""
+    if not source.abs_path:
+        return None
+    file_part, sep, member = source.source_path.partition(MEMBER_SEP)
+    where = source.abs_path if is_url(source.abs_path) else os.path.realpath(source.abs_path)
+    return where + sep + member
+
+
+def tails(source: SourceFile) -> list[str]:
+    """The source paths a scanned local file could be known by, longest first: the trailing parts of where it
+    was found (its own source path among them), each with the ZIP member part it has."""
+    file_part, sep, member = source.source_path.partition(MEMBER_SEP)
+    parts = [part for part in Path(source.abs_path).parts if part not in ("/", "")]
+    given = file_part.split("/")
+    if is_url(source.abs_path) or parts[-len(given):] != given:  # an object key: no tails of its own
+        return [source.source_path]
+    return ["/".join(parts[start:]) + sep + member for start in range(len(parts))]
+
+
+def settle_identities(scanned: list[SourceFile], manifest: pa.Table, namespace: str,
+                      add_only: bool) -> tuple[list[SourceFile], list[dict]]:
+    """(the scanned files, each under the one identity it has in the namespace, with its ``location``; the stored
+    duplicates to remove).
+
+    A file keeps the source path the scan gave it when the namespace holds that path. Otherwise it takes the path
+    of the stored document at its location (``location_of``: ``kbflow ingest docs/`` then ``add-document
+    docs/a.md``, by any spelling, is one document), or for a document stored before locations were recorded,
+    the longest tail of its path (``tails``) that such a document holds. A path another scanned file has or
+    took first is not taken. Stored file documents at the same location as a file of an ``add_only`` run, or
+    older ones at another tail with the same bytes, are duplicates an earlier version made: they are removed (a
+    full ingest removes them anyway, as they are not among its sources)."""
+    rows = [row for row in manifest.select(["doc_id", "source_path", "origin", "source_sha256", "location"])
+            .to_pylist() if row["origin"] == "file"]
+    held = {row["source_path"]: row for row in rows}
+    at: dict[str, list[dict]] = {}
+    for row in rows:
+        if row["location"]:
+            at.setdefault(row["location"], []).append(row)
+    own = {source.source_path for source in scanned}
+    claimed: set[str] = set()
+    settled, duplicates = [], []
+    for source in scanned:
+        where = location_of(source)
+        free = [row["source_path"] for row in sorted(at.get(where or "", []), key=lambda r: -len(r["source_path"]))]
+        old = [path for path in tails(source) if path in held and not held[path]["location"]]
+        chosen = source.source_path
+        if chosen not in held:
+            chosen = next((path for path in free + old if path not in claimed and path not in own), chosen)
+        claimed.add(chosen)
+        source = replace(source, source_path=chosen, doc_id=doc_id_for(namespace, chosen), location=where)
+        settled.append(source)
+        if add_only:
+            duplicates += [held[path] for path in free if path != chosen]
+            duplicates += [held[path] for path in old if path != chosen
+                           and held[path]["source_sha256"] == source.source_sha256]
+    unique = {row["doc_id"]: row for row in duplicates if row["source_path"] not in claimed | own}
+    return settled, list(unique.values())

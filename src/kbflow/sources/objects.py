@@ -1,0 +1,25 @@
+"""Objects in object storage under an fsspec URL (``s3://bucket/prefix/``, ``gs://…``, ``memory://…``).
+
+Identity: ``<last segment of the URL>/<key below it>``, as a folder's files are named. Confinement: someone
+else's URL only under an allowed prefix (``--allow-source``, ``deploy.source_roots``)."""
+
+from __future__ import annotations
+
+from kbflow.sources.base import SourceKind, register
+from kbflow.trust import SourcePolicy, is_file_url
+from kbflow.urls import is_url
+
+
+def _claims(source: str) -> bool:
+    return is_url(source) and not is_file_url(source) and not source.lower().startswith(("http://", "https://"))
+
+
+def _confine(source: str, policy: SourcePolicy) -> str:
+    return policy.check_url(source).url
+
+
+OBJECTS = register(SourceKind(
+    name="object", origin="file", prefix="", claims=_claims, normalise=str, confine=_confine,
+    identity="the key below the URL's last segment, prefixed with that segment (`prefix/guide/a.md`)",
+    fetch="read through fsspec with the environment's credentials (ZIP members in memory)",
+    change="SHA-256 of the bytes"))
