@@ -245,8 +245,8 @@ class SourcePolicy:
 
     def _outside(self, text: str) -> SourceRefused:
         return SourceRefused(f"path {text!r} is outside the folders this server may read ({self._roots_text()}): "
-                             f"only files under a {self.root_setting} folder can be added (symlinks and '..' are "
-                             "followed before this check)")
+                             f"only files under a {self.root_setting} folder (or a {self.source_setting} file:///DIR/ "
+                             "prefix) can be added (symlinks and '..' are followed before this check)")
 
     def _roots_text(self) -> str:
         return ", ".join(str(root) for root in self.roots) or "none"

@@ -117,7 +117,8 @@ def test_nul_characters_leave_every_documents_text_and_every_query(tmp_path, mon
     letter), so a page's, a literal text's and a cached conversion's Markdown lose them, and so does a query."""
     from kbflow import api
     from kbflow.convert.cache import ConversionCache
-    from kbflow.convert.converters import text_documents, text_sources
+    from kbflow.convert.converters import text_documents
+    from kbflow.sources.text import text_sources
 
     docs = tmp_path / "docs"
     docs.mkdir()

@@ -237,7 +237,7 @@ def _ingest(config: KbConfig, job: IngestJob, runner: StageRunner, run_id: str) 
             _check_embedder(run)
         progress.report("documents", 0, len(plan.todo))
         _ingest_batches(run, plan, {f"text:{t['doc_id']}": t["text"] for t in texts})
-        if plan.removed:
+        if plan.deleted:
             _delete(run, plan)
         if run.web is not None:  # the validators of what the store and manifest now hold
             save_web_state(_web_folder(run), run.web)
@@ -290,7 +290,7 @@ def _plan(run: Run, sources: list[str] | None, texts: list[dict], add_only: bool
     for row in duplicates + stored_secret_names(manifest, config.convert):  # one identity per file; no secret
         if row["doc_id"] not in removing:  # in a stored name
             removing.add(row["doc_id"])
-            files.removed.append(row)
+            files.withdrawn.append(row)
     run.locations = {source.doc_id: source.location for source in scanned if source.location}
     stored_paths = manifest.column("source_path").to_pylist()
     for folder in unreadable:  # out of sight is not deleted: its stored documents stay as they are
@@ -304,7 +304,7 @@ def _plan(run: Run, sources: list[str] | None, texts: list[dict], add_only: bool
     literal = make_plan(text_sources(texts, run.namespace), manifest, run.fingerprints, force=run.force,
                         track_removals=False)
     plan = Plan(files.new + literal.new, files.changed + literal.changed, files.unchanged + literal.unchanged,
-                files.removed, {**files.same_fingerprints, **literal.same_fingerprints})
+                files.removed, {**files.same_fingerprints, **literal.same_fingerprints}, files.withdrawn)
     run.summary.documents = DocumentCounts(**plan.counts())
     run.timed("scan", started)
     log.info("plan for %s: %s", run.namespace, plan.counts())
@@ -640,7 +640,7 @@ def _upsert(run: Run, documents, chunks, vectors, failed_keys, label: str, edges
 
 def _delete(run: Run, plan: Plan) -> None:
     """Documents whose source vanished: their chunks leave the store, then their manifest rows."""
-    _delete_documents(run, [row["doc_id"] for row in plan.removed], "removed docs")
+    _delete_documents(run, [row["doc_id"] for row in plan.deleted], "removed docs")
 
 
 def _delete_documents(run: Run, removed_ids: list[str], what: str) -> None:

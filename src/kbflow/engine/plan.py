@@ -31,13 +31,22 @@ class Plan:
     # records its Markdown's hash: their manifest rows by doc id. Such a file whose new Markdown is the same (a
     # page whose only change is furniture the converter drops) needs no chunking or writing (``same_text``)
     same_fingerprints: dict[str, dict] = field(default_factory=dict)
+    # manifest rows removed for another reason than a vanished source: a second copy of a file an earlier version
+    # stored (kbflow.sources.local), a document whose name holds a credential. Not counted by the deletion guard
+    withdrawn: list[dict] = field(default_factory=list)
 
     @property
     def todo(self) -> list[SourceFile]:
         return self.new + self.changed
 
     def counts(self) -> dict[str, int]:
-        return {key: len(getattr(self, key)) for key in ("new", "changed", "unchanged", "removed")}
+        counts = {key: len(getattr(self, key)) for key in ("new", "changed", "unchanged", "removed")}
+        return {**counts, "removed": counts["removed"] + len(self.withdrawn)}
+
+    @property
+    def deleted(self) -> list[dict]:
+        """Every manifest row this run removes."""
+        return self.removed + self.withdrawn
 
     def table(self) -> pa.Table:
         rows = [
@@ -46,7 +55,7 @@ class Plan:
             for s in getattr(self, action)
         ]
         rows += [{"doc_id": r["doc_id"], "source_path": r["source_path"], "action": "removed",
-                  "source_sha256": r["source_sha256"]} for r in self.removed]
+                  "source_sha256": r["source_sha256"]} for r in self.deleted]
         return pa.Table.from_pylist(rows, schema=PLAN)
 
 

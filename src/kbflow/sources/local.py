@@ -68,36 +68,31 @@ def settle_identities(scanned: list[SourceFile], manifest: pa.Table, namespace: 
     """(the scanned files, each under the one identity it has in the namespace, with its ``location``; the stored
     duplicates to remove).
 
-    A file keeps the source path the scan gave it when the namespace holds that path. Otherwise it takes the path
-    of the stored document at its location (``location_of``: ``kbflow ingest docs/`` then ``add-document
-    docs/a.md``, by any spelling, is one document), or for a document stored before locations were recorded,
-    the longest tail of its path (``tails``) that such a document holds. A path another scanned file has or
-    took first is not taken. Stored file documents at the same location as a file of an ``add_only`` run, or
-    older ones at another tail with the same bytes, are duplicates an earlier version made: they are removed (a
-    full ingest removes them anyway, as they are not among its sources)."""
+    A file takes the longest source path the namespace holds for it: a stored file document at its location
+    (``location_of``: ``kbflow ingest docs/`` then ``add-document docs/a.md``, by any spelling, is one document),
+    or, for a document stored before locations were kept, one at a tail of its path (``tails``). A path that
+    another scanned file has as its own, or took first, is not taken. Without any, it keeps the path the scan gave
+    it (a file of the same relative name from elsewhere is then the same document, the later one). The other
+    stored documents at the same location (or older ones at another tail with the same bytes) are duplicates an
+    earlier version made: with ``add_only`` they are returned to be removed (a full ingest removes them anyway,
+    as they are not among its sources)."""
     rows = [row for row in manifest.select(["doc_id", "source_path", "origin", "source_sha256", "location"])
             .to_pylist() if row["origin"] == "file"]
     held = {row["source_path"]: row for row in rows}
-    at: dict[str, list[dict]] = {}
-    for row in rows:
-        if row["location"]:
-            at.setdefault(row["location"], []).append(row)
-    own = {source.source_path for source in scanned}
+    own = {source.source_path: source for source in scanned}
     claimed: set[str] = set()
     settled, duplicates = [], []
     for source in scanned:
         where = location_of(source)
-        free = [row["source_path"] for row in sorted(at.get(where or "", []), key=lambda r: -len(r["source_path"]))]
-        old = [path for path in tails(source) if path in held and not held[path]["location"]]
-        chosen = source.source_path
-        if chosen not in held:
-            chosen = next((path for path in free + old if path not in claimed and path not in own), chosen)
+        mine = [path for path, row in held.items() if where and row["location"] == where]
+        mine += [path for path in tails(source) if path in held and not held[path]["location"]
+                 and (path == source.source_path or held[path]["source_sha256"] == source.source_sha256)]
+        mine.sort(key=len, reverse=True)
+        chosen = next((path for path in mine if path not in claimed
+                       and own.get(path, source) is source), source.source_path)
         claimed.add(chosen)
-        source = replace(source, source_path=chosen, doc_id=doc_id_for(namespace, chosen), location=where)
-        settled.append(source)
+        settled.append(replace(source, source_path=chosen, doc_id=doc_id_for(namespace, chosen), location=where))
         if add_only:
-            duplicates += [held[path] for path in free if path != chosen]
-            duplicates += [held[path] for path in old if path != chosen
-                           and held[path]["source_sha256"] == source.source_sha256]
-    unique = {row["doc_id"]: row for row in duplicates if row["source_path"] not in claimed | own}
+            duplicates += [held[path] for path in mine if path != chosen]
+    unique = {row["doc_id"]: row for row in duplicates if row["source_path"] not in claimed}
     return settled, list(unique.values())

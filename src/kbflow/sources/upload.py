@@ -15,6 +15,7 @@ import mimetypes
 import time
 
 from kbflow.config import ConvertConfig
+from kbflow.convert.objects import read_bytes
 from kbflow.convert.scan import SourceFile, doc_id_for
 from kbflow.errors import ConfigError
 from kbflow.sources.base import SourceKind, claims_nothing, register
@@ -72,8 +73,7 @@ def upload_sources(uploads: list[dict], namespace: str) -> list[SourceFile]:
     sources = []
     for item in uploads:
         path, source_path = item["path"], item["source_path"]
-        with open(path, "rb") as handle:
-            data = handle.read()
+        data = read_bytes(str(path))  # the inbox may be in a bucket (a data dir on object storage)
         sources.append(SourceFile(doc_id=doc_id_for(namespace, source_path), source_path=source_path,
                                   abs_path=str(path), source_sha256=hashlib.sha256(data).hexdigest(),
                                   size=len(data), mtime=time.time(),
