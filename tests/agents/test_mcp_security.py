@@ -257,3 +257,114 @@ def test_host_and_origin_are_checked_on_a_non_loopback_bind_too(layout):
     finally:
         server.stop()
     assert Path(config).exists()
+
+
+# -- one way in: the same identity, confinement and scan through MCP as through the CLI ------------------------------
+
+GITHUB_TOKEN = "ghp_" + "Kx4" * 12
+
+
+def test_mcp_names_a_file_as_the_cli_does_and_keeps_uploads_apart(layout, tmp_path, metadata_server):
+    """`kbflow ingest docs/` then MCP add_document of docs/tea.md (by path and by file:// URL) is one document;
+    an inline upload named tea.md is another (upload:tea.md) and never replaces the file; refused inline content
+    is not written; a file:// prefix confines like --root."""
+    root, outside, config = layout
+    (root / "planted.md").unlink()
+    subprocess.run([KBFLOW, "ingest", str(root), "--config", str(config)], check=True, env=_env(),
+                   capture_output=True, timeout=600)
+    server = StdioServerParameters(command=KBFLOW, args=[
+        "mcp", "--config", str(config), "--allow-source", f"file://{root}/",
+        "--allow-source", f"{metadata_server}/docs/"], cwd=str(tmp_path), env=_env())
+
+    async def session() -> None:
+        async with Client(server, read_timeout_seconds=300) as client:
+            for path in (str(root / "tea.md"), f"file://{root}/tea.md", "tea.md"):
+                again = _json(await client.call_tool("add_document", {"path": path}))
+                assert again["documents"]["unchanged"] == 1 and again["documents"]["new"] == 0, (path, again)
+            uploaded = _json(await client.call_tool("add_document", {"filename": "tea.md",
+                                                                      "content": "# Upload\n\nOolong notes.\n"}))
+            assert uploaded["documents"]["new"] == 1
+            secret = await client.call_tool("add_document", {"filename": "deploy.md",
+                                                              "content": f"push with {GITHUB_TOKEN}\n"})
+            assert secret.is_error and "GitHub Token" in _text(secret) and GITHUB_TOKEN not in _text(secret)
+            (root / "out.md").symlink_to(outside / "notes.md")
+            refused = await client.call_tool("add_document", {"path": f"file://{root}/out.md"})
+            assert refused.is_error and "outside the folders" in _text(refused)
+            walked = _json(await client.call_tool("add_document", {"path": f"file://{root}/"}))
+            assert [f["source_path"] for f in walked["failures"]] == ["docs/out.md"]
+            hits = _json(await client.call_tool("search", {"query": "Green tea brewed", "limit": 10}))
+            paths = [hit["source_path"] for hit in (hits if isinstance(hits, list) else [hits])]
+            assert paths.count("docs/tea.md") == 1 and "upload:tea.md" in paths, paths
+            stats = _json(await client.call_tool("stats", {}))
+            assert stats["documents"] == 2
+
+    anyio.run(session)
+    assert not list((tmp_path / "data").rglob("deploy.md"))
+
+
+def test_every_bad_input_is_a_tool_error_in_kbflows_words(layout, tmp_path, metadata_server):
+    """Inputs that used to end in a bare 'Error executing tool' or in the validator's text."""
+    root, _, config = layout
+    server = StdioServerParameters(command=KBFLOW, args=[
+        "mcp", "--config", str(config), "--root", str(root), "--allow-source", f"{metadata_server}/docs/"],
+        cwd=str(tmp_path), env=_env())
+    cases = [
+        ("add_document", {"path": str(root / ("x" * 300))}, "longer than a file system allows"),
+        ("add_document", {"path": "/".join(["deep"] * 1500)}, "longer than a file system allows"),
+        ("add_document", {"filename": "n" * 300 + ".md", "content": "x"}, "at most 255 bytes"),
+        ("add_document", {"filename": "a\x00b.md", "content": "x"}, "plain file name"),
+        ("add_document", {"filename": "a\nb.md", "content": "x"}, "plain file name"),
+        ("search", {"query": "tea", "doc_ids": ["d"] * 5001}, "argument 'doc_ids'"),
+        ("search", {"query": "tea", "limit": 0}, "argument 'limit'"),
+        ("search", {"query": "tea", "limit": "many"}, "argument 'limit'"),
+        ("search", {"query": ""}, "argument 'query'"),
+        ("add_text", {"text": "x"}, "argument 'doc_id'"),
+    ]
+
+    async def session() -> None:
+        async with Client(server, read_timeout_seconds=300) as client:
+            await client.call_tool("add_text", {"text": "# Tea\n\nGreen tea.\n", "doc_id": "tea"})
+            # a fetched page whose URL ends in an encoded NUL: kept under the page's identity, its inbox file named
+            # by a hash (a URL's last segment is never a file name)
+            page = _json(await client.call_tool("add_document", {"path": f"{metadata_server}/docs/a%00b"}))
+            assert page["documents"]["new"] == 1 and page["failures"] == []
+            for tool, arguments, words in cases:
+                result = await client.call_tool(tool, arguments)
+                text = _text(result)
+                assert result.is_error and words in text, (tool, str(arguments)[:80], text[:300])
+                assert "validation error" not in text and not text.rstrip().endswith(f"Error executing tool {tool}")
+
+    anyio.run(session)
+
+
+def test_a_tokens_file_must_name_its_namespaces_and_star_means_all(layout, tmp_path):
+    _, _, config = layout
+    token = "s" * 8 + "-star-token-000000"
+    for entry, words in (({"namespaces": []}, "namespaces must list"), ({}, "namespaces must list"),
+                         ({"namespaces": ["*", "x"]}, "beside names")):
+        tokens = tmp_path / "tokens.yaml"
+        tokens.write_text(yaml.safe_dump({"tokens": [{"name": "t", "sha256": hashlib.sha256(token.encode())
+                                                      .hexdigest(), "access": "read-only", **entry}]}))
+        refused = subprocess.run([KBFLOW, "mcp", "--config", str(config), "--tokens", str(tokens), "--http",
+                                  f"127.0.0.1:{_free_port()}"], env=_env(), capture_output=True, text=True,
+                                 timeout=120)
+        assert refused.returncode == 2 and words in refused.stderr and "Traceback" not in refused.stderr, \
+            refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1
+    for name in ("team-a", "board"):
+        subprocess.run([KBFLOW, "add-text", f"Notes of {name}.", "--doc-id", "n", "--namespace", name, "--config",
+                        str(config)], check=True, env=_env(), capture_output=True, timeout=600)
+    tokens.write_text(yaml.safe_dump({"tokens": [{"name": "all", "sha256": hashlib.sha256(token.encode())
+                                                  .hexdigest(), "namespaces": ["*"], "access": "read-only"}]}))
+    server = _Server(["--config", str(config), "--tokens", str(tokens)], _env())
+    try:
+        async def calls():
+            async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=300) as http:
+                async with Client(streamable_http_client(server.url, http_client=http),
+                                  read_timeout_seconds=300) as client:
+                    listed = _json(await client.call_tool("list_namespaces", {}))
+                    return {row["namespace"] for row in (listed if isinstance(listed, list) else [listed])}
+
+        assert anyio.run(calls) == {"team-a", "board"}
+    finally:
+        server.stop()

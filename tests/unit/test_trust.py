@@ -154,3 +154,73 @@ def test_the_policy_refuses_control_characters_and_nul(tree):
     with pytest.raises(SourceRefused):
         policy.check_url("https://example.com/a\nb")
     assert os.path.isdir(root)
+
+
+# -- the same confinement for every door (issue: a file:// prefix followed symlinks that --root refuses) ------------
+
+@pytest.mark.parametrize("door", ["root", "file-prefix", "served-file-prefix"])
+def test_a_file_url_prefix_confines_exactly_like_a_root(door, tree, tmp_path):
+    """--root DIR, --allow-source file:///DIR/ and deploy.source_roots: [file:///DIR/] are one rule: the real path
+    (symlinks, '..') under the folder, and a folder walk that reads no link leading out."""
+    from kbflow.config import KbConfig
+    from kbflow.deploy import served_policy
+
+    root, secret = tree
+    (root / "link-out").symlink_to(secret)
+    (root / "dir-out").symlink_to(secret.parent, target_is_directory=True)
+    if door == "root":
+        policy = SourcePolicy.create([root])
+    elif door == "file-prefix":
+        policy = SourcePolicy.create([], [f"file://{root}/"])
+    else:
+        policy = served_policy(KbConfig(deploy={"source_roots": [f"file://{root}/"]}))
+    inside = (root / "sub" / "page.md").resolve()
+    assert policy.check(f"file://{root}/sub/page.md") == str(inside) == policy.check(str(root / "sub" / "page.md"))
+    for escape in (f"file://{root}/link-out", f"file://{root}/dir-out/credentials", f"file://{root}/../outside",
+                   str(root / "link-out"), f"file://{secret}"):
+        with pytest.raises(SourceRefused, match="outside the folders"):
+            policy.check(escape)
+    walked = scan([policy.check(f"file://{root}/")], "t", ["*"], [], confine=policy.contains)
+    assert {s.source_path: s.unreadable is not None for s in walked} == {"docs/link-out": True,
+                                                                          "docs/sub/page.md": False}
+    with pytest.raises(SourceRefused, match="names host"):
+        policy.check("file://elsewhere/etc/passwd")
+
+
+def test_a_broken_link_inside_a_root_is_refused_in_the_words_of_an_outside_link(tree, tmp_path):
+    """Neither where a link points nor whether its target exists leaks from a confined walk."""
+    root, secret = tree
+    (root / "out").symlink_to(secret)
+    (root / "broken-out").symlink_to(tmp_path / "outside" / "missing")
+    (root / "broken-in").symlink_to(root / "missing.md")
+    (root / "loop").symlink_to(root / "loop")
+    policy = SourcePolicy.create([root])
+    walked = {s.source_path: s.unreadable for s in scan([root], "t", ["*"], [], confine=policy.contains)}
+    refusals = {walked[f"docs/{name}"] for name in ("out", "broken-out", "broken-in", "loop")}
+    assert len(refusals) == 1, refusals  # one sentence for all four
+    [sentence] = refusals
+    assert "missing" not in sentence and str(tmp_path) not in sentence and "exist" not in sentence
+
+
+def test_over_long_paths_are_refused_naming_the_limit_not_crashing(tree):
+    root, _ = tree
+    policy = SourcePolicy.create([root])
+    for path in (str(root / ("x" * 300)), "/".join(["deep"] * 1200), "a" * 5000):
+        with pytest.raises(SourceRefused, match="longer than a file system allows"):
+            policy.check_path(path)
+
+
+@pytest.mark.parametrize("address", [
+    "64:ff9b::7f00:1", "64:ff9b::a9fe:a9fe", "64:ff9b::a00:1", "64:ff9b:1::c0a8:1",  # NAT64, both prefixes
+    "2002:7f00:1::1", "2002:a9fe:a9fe::", "2002:c0a8:101::1",  # 6to4 of loopback, metadata, private
+    "2001:0:4136:e378:8000:63bf:3fff:fdd2",  # Teredo to a documentation-range client
+    "2001:0:7f00:1:8000:63bf:3fff:fdd2",  # Teredo through a loopback server
+    "::127.0.0.1", "::a9fe:a9fe", "::ffff:0:7f00:1", "::ffff:0:a00:1", "::ffff:127.0.0.1", "::ffff:169.254.169.254",
+])
+def test_every_ipv6_form_that_carries_an_ipv4_address_is_judged_by_it(address):
+    assert not public_address(address)
+
+
+@pytest.mark.parametrize("address", ["64:ff9b::808:808", "2002:808:808::1", "2606:4700:4700::1111", "8.8.8.8"])
+def test_public_addresses_in_those_forms_stay_public(address):
+    assert public_address(address)
