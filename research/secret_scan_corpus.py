@@ -1,4 +1,6 @@
 """Measure the secret scan on converted corpora: files scanned, hits per rule (each a false hit on a manual), time.
+The scan reads what an ingest reads: each file's text with the Markdown escapes undone (``scan_text``), and each
+file's name (its path in the corpus).
 
 Usage: kbflow convert CORPUS... --out MD_DIR, then
     python research/secret_scan_corpus.py MD_DIR --out docs/bench/secret-scan.json
@@ -15,7 +17,7 @@ from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 
-from kbflow.convert.secrets import find_secrets, rules
+from kbflow.convert.secrets import find_secrets, redact, rules, scan_text
 
 
 def main() -> None:
@@ -33,10 +35,13 @@ def main() -> None:
         entry = per_corpus.setdefault(corpus, {"files": 0, "chars": 0, "files_with_hits": 0})
         entry["files"] += 1
         entry["chars"] += len(text)
-        found = find_secrets(text)
-        if found:
+        found = find_secrets(scan_text(text))
+        name = str(path.relative_to(args.folder))
+        named = redact(name)[1]
+        if found or named:
             entry["files_with_hits"] += 1
-            hits += [{"file": str(path.relative_to(args.folder)), "rule": f.rule, "line": f.line} for f in found]
+            hits += [{"file": name, "rule": f.rule, "line": f.line} for f in found]
+            hits += [{"file": redact(name)[0], "rule": rule, "line": 0} for rule in named]
     seconds = time.perf_counter() - started
     result = {
         "command": "kbflow convert CORPUS... --out MD && python research/secret_scan_corpus.py MD --out " + str(args.out),

@@ -29,6 +29,7 @@ from kbflow.embed import get_embedder
 from kbflow.embed.choice import for_namespace
 from kbflow.stores.vector_cache import VectorCache
 from kbflow.errors import ConfigError
+from kbflow.sources import origin_of
 from kbflow.graph.store import GraphStore
 from kbflow.state import heal
 from kbflow.state.files import StateDamaged
@@ -122,7 +123,7 @@ def verify(config: KbConfig, namespace: str, repair: bool = False) -> Report:
     if "last_run.json" in damaged:
         healed["last_run.json"] = heal.drop_last_run(state)
     if "manifest.parquet" in damaged:
-        manifest = heal.rebuild_manifest(state, store, model_id)
+        manifest = heal.rebuild_manifest(state, store, model_id, origin_of)
         healed["manifest.parquet"] = (f"rebuilt from the store: {manifest.num_rows} documents, re-checked by the "
                                       "next ingest")
     if manifest is None:  # unreadable without repair returned above; repaired, it was rebuilt

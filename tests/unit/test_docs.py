@@ -154,3 +154,10 @@ def test_anchor_rule_matches_github():
     assert github_anchor(" Graph search (`--mode graph`)") == "graph-search---mode-graph"
     assert github_anchor(" The knowledge base in object storage") == "the-knowledge-base-in-object-storage"
     assert github_anchor(" deploy.schedules[]") == "deployschedules"
+
+
+def test_the_source_kinds_table_is_the_registry():
+    """docs/architecture.md shows each source kind's identity, confinement, fetch and change as the registry says."""
+    from kbflow.sources import kinds_table
+
+    assert kinds_table() in (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")

@@ -13,4 +13,12 @@ from kbflow.sources import local, objects, web, upload, text  # noqa: E402
 
 KIND_MODULES = (local, objects, web, upload, text)  # each registered its kind when imported, in this order
 
-__all__ = ["KINDS", "SourceKind", "confine", "kind_of", "normalise", "origin_of", "register"]
+__all__ = ["KINDS", "SourceKind", "confine", "kind_of", "normalise", "origin_of", "register", "kinds_table"]
+
+
+def kinds_table() -> str:
+    """The registered kinds as the Markdown table docs/architecture.md shows (a test keeps them equal)."""
+    rows = ["| kind | identity | confinement | fetch | change |", "|---|---|---|---|---|"]
+    rows += [f"| `{kind.name}` | {kind.identity} | {kind.confinement} | {kind.fetch} | {kind.change} |"
+             for kind in KINDS.values()]
+    return "\n".join(rows)

@@ -6,8 +6,10 @@ A kind is one module (``kbflow.sources.local``, ``objects``, ``web``, ``upload``
 * **identity**: the source path a document is stored under (its ``doc_id`` is a hash of namespace and source
   path), and the ``prefix`` that keeps inline uploads and texts in their own space;
 * **confinement**: what someone else's source may reach (``confine``, over ``kbflow.trust.SourcePolicy``);
-* **fetch**: how its bytes are read; **change**: how a changed document is told from an unchanged one
-  (``fetch`` and ``change`` are the words docs/architecture.md prints for each kind).
+* **fetch**: how its bytes are read; **change**: how a changed document is told from an unchanged one.
+
+``identity``, ``confinement``, ``fetch`` and ``change`` are also the words docs/architecture.md prints for each
+kind (``kinds_table``).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class SourceKind:
     normalise: Callable[[str], str]  # the spelling the scan reads (a file:// URL becomes its path)
     confine: Callable[[str, SourcePolicy], str]  # what someone else's source may be read as, or SourceRefused
     identity: str
+    confinement: str
     fetch: str
     change: str
 

@@ -38,7 +38,10 @@ LOCAL = register(SourceKind(
     name="local", origin="file", prefix="", claims=_claims, normalise=_normalise, confine=_confine,
     identity="the path inside the folder it was given as (`docs/guide/a.md`); a path the namespace already "
              "holds for the same real file wins, however the file was named",
-    fetch="read from disk (ZIP members in memory); someone else's source only under a root, symlinks resolved",
+    confinement="someone else's path: its real path (symlinks and `..` followed) under a `--root`, a "
+                "`file://` prefix or a `deploy.source_roots` folder; a folder walk reads no link leading out or "
+                "nowhere",
+    fetch="read from disk (ZIP members in memory)",
     change="SHA-256 of the bytes"))
 
 

@@ -21,5 +21,7 @@ def _confine(source: str, policy: SourcePolicy) -> str:
 OBJECTS = register(SourceKind(
     name="object", origin="file", prefix="", claims=_claims, normalise=str, confine=_confine,
     identity="the key below the URL's last segment, prefixed with that segment (`prefix/guide/a.md`)",
+    confinement="someone else's URL: under an allowed prefix (scheme, bucket, then the path on a segment "
+                "boundary)",
     fetch="read through fsspec with the environment's credentials (ZIP members in memory)",
     change="SHA-256 of the bytes"))

@@ -18,8 +18,8 @@ def _refuse(source: str, _policy) -> str:
 
 TEXT = register(SourceKind(
     name="text", origin="text", prefix="text:", claims=claims_nothing, normalise=str, confine=_refuse,
-    identity="`text:<doc_id>`, the id the caller chose", fetch="the request's own text",
-    change="SHA-256 of the text"))
+    identity="`text:<doc_id>`, the id the caller chose", confinement="at most the inline limit over MCP",
+    fetch="the request's own text", change="SHA-256 of the text"))
 
 
 def text_sources(texts: list[dict], namespace: str) -> list[SourceFile]:

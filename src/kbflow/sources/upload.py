@@ -30,8 +30,11 @@ def _refuse(source: str, _policy) -> str:
 
 UPLOAD = register(SourceKind(
     name="upload", origin="upload", prefix="upload:", claims=claims_nothing, normalise=str, confine=_refuse,
-    identity="`upload:<file name>`; the same name replaces it", fetch="the request's own bytes, kept in the "
-             "data dir's inbox once the secret scan passed", change="SHA-256 of the bytes"))
+    identity="`upload:<file name>`; the same name replaces it",
+    confinement="one plain file name (no folder or control characters, at most 255 bytes), at most the inline "
+                "limit, scanned for credentials before anything is written",
+    fetch="the request's own bytes, kept in the data dir's inbox once the scan passed",
+    change="SHA-256 of the bytes"))
 
 
 def check_name(name: str | None) -> str:

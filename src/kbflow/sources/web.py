@@ -21,6 +21,8 @@ def _confine(source: str, policy: SourcePolicy) -> str:
 WEB = register(SourceKind(
     name="web", origin="file", prefix="", claims=is_web, normalise=str, confine=_confine,
     identity="host and path of the page (`docs.example.com/guide/index.html`)",
+    confinement="someone else's URL: under an allowed prefix, to public addresses unless the prefix names "
+                "the host, every redirect checked again",
     fetch="HTTP GET, size-limited, robots.txt and a crawl delay honoured; for someone else's URL the connection "
           "is pinned to the checked public address",
     change="ETag / Last-Modified validators, then SHA-256 of the body"))

@@ -21,7 +21,6 @@ import pyarrow as pa
 
 from kbflow.config import KbConfig
 from kbflow.schemas import MANIFEST
-from kbflow.sources import origin_of
 from kbflow.state.manifest import NamespaceState
 
 REBUILT_RUN_ID = "rebuilt-by-verify"  # the run id of manifest rows rebuilt from the store
@@ -78,10 +77,11 @@ def drop_last_run(state: NamespaceState) -> str:
     return "removed; the next ingest records its run"
 
 
-def rebuild_manifest(state: NamespaceState, store, model_id: str) -> pa.Table:
+def rebuild_manifest(state: NamespaceState, store, model_id: str, origin_of) -> pa.Table:
     """A manifest row per stored document, without the source hash and fingerprints it was planned with: every
     document is then 'changed' to the next ingest (converted and chunked again; its vectors come from the cache),
-    and a document whose source is gone is still removed."""
+    and a document whose source is gone is still removed. ``origin_of``: a source path's origin
+    (``kbflow.sources.origin_of``)."""
     ids = store.chunk_ids()
     chunks_of: dict[str, list[str]] = {}
     for chunk_id, doc_id in zip(ids.column("chunk_id").to_pylist(), ids.column("doc_id").to_pylist()):
