@@ -16,7 +16,7 @@ from pydantic.json_schema import SkipJsonSchema
 from kbflow.config import NAMESPACE_RE, KbConfig, ScheduleConfig, load_config
 from kbflow.convert.objects import is_url
 from kbflow.errors import ConfigError
-from kbflow.sources import kind_of, normalise
+from kbflow.sources import confine, kind_of, normalise
 from kbflow.trust import SourcePolicy, SourceRefused
 
 CONFIGS_DIR_ENV = "KBFLOW_CONFIGS_DIR"  # where config names are looked up; default: ./configs
@@ -297,6 +297,6 @@ def check_served_sources(config: KbConfig, sources: list[str]) -> tuple[list[str
         if source in configured and not is_url(source) and not Path(source).expanduser().exists():
             raise ConfigError(f"source {source!r} does not exist: pass an existing file or folder")
     # a relative path starts in the folder the run executes in (as the form says), not in a root
-    checked = [policy.check(str(Path(normalise(source)).expanduser().absolute())
-                            if kind_of(source).name == "local" else str(source)) for source in sources]
+    checked = [confine(str(Path(normalise(source)).expanduser().absolute())
+                       if kind_of(source).name == "local" else str(source), policy) for source in sources]
     return checked, tuple(str(root) for root in policy.roots)

@@ -237,7 +237,7 @@ def test_an_agent_adds_a_document_to_a_knowledge_base_in_a_bucket_and_qdrant_loc
     keys = [o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix="kb/mcp-inbox/")["Contents"]]
     assert keys == ["kb/mcp-inbox/default/coffee.md"]
     assert not any(tmp_path.iterdir())  # nothing on the local disk
-    assert api.search("how hot is coffee brewed", data_dir=data, limit=1)[0].source_path == "coffee.md"
+    assert api.search("how hot is coffee brewed", data_dir=data, limit=1)[0].source_path == "upload:coffee.md"
 
     monkeypatch.setenv("KBFLOW__STORE__KIND", "qdrant")
     with pytest.raises(ConfigError, match="store.qdrant_location"):
