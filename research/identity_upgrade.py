@@ -22,6 +22,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from kbflow.environment import cpu_info
+
 KBFLOW = [sys.executable, "-m", "kbflow"]
 
 
@@ -51,7 +53,8 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=10, help="files of the folder added again")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    folder = args.folder.resolve()
+    out_text = str(args.out)
+    folder, args.out = args.folder.resolve(), args.out.resolve()
     files = sorted(path for path in folder.rglob("*") if path.is_file())[: args.files]
     data = Path(tempfile.mkdtemp(prefix="kbflow-upgrade-"))
     steps = []
@@ -75,12 +78,13 @@ def main() -> None:
     healed = [s for s in steps if s["version"] == "this"]
     result = {
         "command": "python research/identity_upgrade.py --old-src OLD/src --folder FOLDER --files "
-                   f"{args.files} --out {args.out}",
+                   f"{args.files} --out {out_text}",
         "what": "a namespace filled twice by the earlier version (a folder ingested, then some of its files added "
                 "again), healed by this version's add-document of the same files and a full ingest",
         "folder": folder.name, "files_in_folder": sum(1 for p in folder.rglob("*") if p.is_file()),
         "files_added_again": len(files), "model": "all-MiniLM-L6-v2 (local)",
-        "date": datetime.now(timezone.utc).date().isoformat(), "machine": platform.machine(),
+        "date": datetime.now(timezone.utc).date().isoformat(),
+        "machine": f"{platform.machine()}, {cpu_info().get('model name', 'unknown CPU')}, {os.cpu_count()} cores",
         "documents_before_heal": steps[len(files)]["after_documents"],
         "documents_after_heal": healed[-1]["after_documents"],
         "texts_embedded_by_heal": sum(s["chunks_embedded"] for s in healed),

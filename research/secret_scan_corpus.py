@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import time
 from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 
+from kbflow.environment import cpu_info
 from kbflow.convert.secrets import find_secrets, redact, rules, scan_text
 
 
@@ -47,7 +49,8 @@ def main() -> None:
         "command": "kbflow convert CORPUS... --out MD && python research/secret_scan_corpus.py MD --out " + str(args.out),
         "corpora_converted": "the PostgreSQL 15.20 HTML manual, the Python 3.11 HTML documentation, the mixed "
                              "sample corpus (36 files: PDF, Office, EPUB, HTML, images, audio)",
-        "date": datetime.now(timezone.utc).date().isoformat(), "machine": platform.processor() or platform.machine(),
+        "date": datetime.now(timezone.utc).date().isoformat(),
+        "machine": f"{platform.machine()}, {cpu_info().get('model name', 'unknown CPU')}, {os.cpu_count()} cores",
         "rules": len(rules()), "corpora": per_corpus, "hits": hits, "hits_by_rule": dict(Counter(h["rule"] for h in hits)),
         "files": sum(c["files"] for c in per_corpus.values()), "seconds": round(seconds, 2),
         "mb_per_s": round(sum(c["chars"] for c in per_corpus.values()) / 1e6 / seconds, 1),
