@@ -14,6 +14,7 @@ from kbflow.environment import set_quiet_offline_defaults
 
 from kbflow.config import KbConfig, check_namespace  # noqa: E402
 from kbflow.convert.converters import without_nul  # noqa: E402
+from kbflow.convert.secrets import check_name_secrets  # noqa: E402
 from kbflow.sources import kind_of  # noqa: E402
 from kbflow.engine.ingest import IngestJob  # noqa: E402
 from kbflow.engine.reembed import reembed as run_engine_reembed  # noqa: E402
@@ -98,7 +99,10 @@ def add_text(text: str, doc_id: str, namespace: str | None = None, config: KbCon
         raise ConfigError("add_text got an empty text; pass the text to add")
     if not doc_id.strip():
         raise ConfigError("add_text needs a non-empty doc_id")
-    return run_ingest(resolve_config(config, data_dir), IngestJob([], namespace, [{"doc_id": doc_id, "text": text}]))
+    cfg = resolve_config(config, data_dir)
+    if cfg.convert.secret_scan:  # an id is a name, stored and shown: scanned like a file's (the text is, at convert)
+        check_name_secrets(f"text:{doc_id}", cfg.convert.secret_scan_allow)
+    return run_ingest(cfg, IngestJob([], namespace, [{"doc_id": doc_id, "text": text}]))
 
 
 def reembed(namespace: str, model: str, config: KbConfig | str | Path | None = None,

@@ -182,3 +182,26 @@ def test_two_folders_with_the_same_file_names_stay_two_documents(tmp_path, count
     assert paths == ["README.md", "team2/README.md"]
     assert len(set(os.path.realpath(p) for p in
                    NamespaceState(data, "default").read_manifest().column("location").to_pylist())) == 2
+
+
+def test_a_name_holding_a_credential_stored_by_an_earlier_version_is_withdrawn(folder, counting, monkeypatch):
+    """An earlier version stored docs/<token>.md under its name; the next run removes it, whatever it was asked to
+    do, and a text's id is scanned like a name."""
+    import kbflow.engine.ingest as engine
+
+    data = folder / "data"
+    (folder / "docs" / f"{TOKEN}.md").write_text("# Harmless\n\nNothing secret inside.\n")
+    monkeypatch.setattr(engine, "refuse_secret_names", lambda scanned, *args: scanned)
+    api.ingest(["docs"], data_dir=data)
+    state = NamespaceState(data, "default")
+    pq.write_table(state.read_manifest().drop(["location"]), state.manifest_path)  # as an older version wrote it
+    monkeypatch.undo()
+    (folder / "docs" / f"{TOKEN}.md").unlink()
+    (folder / "other.md").write_text("# Other\n\nAn unrelated note.\n")
+    summary = api.add_document(folder / "other.md", data_dir=data)
+    assert summary["documents"]["removed"] == 1
+    assert TOKEN not in json.dumps(state.read_manifest().to_pylist())
+    assert not any(TOKEN in text for text in store_of(data).rows().column("source_path").to_pylist())
+    with pytest.raises(Exception) as refused:
+        api.add_text("a note", TOKEN, data_dir=data)
+    assert "GitHub Token" in str(refused.value) and TOKEN not in str(refused.value)

@@ -82,12 +82,16 @@ def settle_identities(scanned: list[SourceFile], manifest: pa.Table, namespace: 
     rows = [row for row in manifest.select(["doc_id", "source_path", "origin", "source_sha256", "location"])
             .to_pylist() if row["origin"] == "file"]
     held = {row["source_path"]: row for row in rows}
+    at: dict[str, list[str]] = {}  # location -> the source paths stored for it
+    for row in rows:
+        if row["location"]:
+            at.setdefault(row["location"], []).append(row["source_path"])
     own = {source.source_path: source for source in scanned}
     claimed: set[str] = set()
     settled, duplicates = [], []
     for source in scanned:
         where = location_of(source)
-        mine = [path for path, row in held.items() if where and row["location"] == where]
+        mine = list(at.get(where or "", []))
         mine += [path for path in tails(source) if path in held and not held[path]["location"]
                  and (path == source.source_path or held[path]["source_sha256"] == source.source_sha256)]
         mine.sort(key=len, reverse=True)

@@ -9,6 +9,7 @@ import hashlib
 from dataclasses import replace
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from kbflow.config import ConvertConfig
 from kbflow.convert.scan import SourceFile, doc_id_for
@@ -36,6 +37,8 @@ def refuse_secret_names(scanned: list[SourceFile], namespace: str, options: Conv
 
 
 def stored_secret_names(manifest: pa.Table, options: ConvertConfig) -> list[dict]:
-    """Manifest rows whose source path holds a credential (stored before names were scanned): to be removed."""
-    return [row for row in manifest.to_pylist()
+    """Manifest rows whose source path holds a credential, to be removed. Only rows without a location are read:
+    a file stored with one was named by a version that scans names (texts, uploads and pages have none)."""
+    unplaced = manifest.filter(pc.is_null(manifest.column("location")))
+    return [row for row in unplaced.to_pylist()
             if not _allowed(row["source_path"], options) and redact(row["source_path"])[1]]
