@@ -30,7 +30,7 @@ class UnknownNamespace(ConfigError):
 
 
 from kbflow.search.searcher import Searcher  # noqa: E402
-from kbflow.state.lock import namespace_lock  # noqa: E402
+from kbflow.state.lock import describe_lock, namespace_lock  # noqa: E402
 from kbflow.state.manifest import NamespaceState, live_store_namespace  # noqa: E402
 from kbflow.stores import Hit, SearchFilter, open_store  # noqa: E402
 from kbflow.stores.factory import store_uri  # noqa: E402
@@ -223,7 +223,16 @@ def verify(namespace: str | None = None, config: KbConfig | str | Path | None = 
 
     cfg = resolve_config(config, data_dir)
     namespace = check_namespace(namespace or cfg.namespace)
+    root = NamespaceState(cfg.data_dir, namespace).root
+    lock_note = describe_lock(root, namespace)  # a lock no live run of this host holds
     if not repair:
-        return run_verify(cfg, namespace).to_dict()
-    with namespace_lock(NamespaceState(cfg.data_dir, namespace).root, namespace, cfg.flow.lock_wait_s):
-        return run_verify(cfg, namespace, repair=True).to_dict()
+        report = run_verify(cfg, namespace).to_dict()
+        if lock_note:
+            report["findings"].append({"check": "ingest.lock", "detail": lock_note, "doc_ids": []})
+            report["ok"] = False
+        return report
+    with namespace_lock(root, namespace, cfg.flow.lock_wait_s):  # takes over a stale lock, waits for a live one
+        report = run_verify(cfg, namespace, repair=True).to_dict()
+    if lock_note:
+        report["repaired"] = {**(report["repaired"] or {}), "ingest.lock": f"taken over ({lock_note.split(':')[0]})"}
+    return report

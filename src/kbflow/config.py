@@ -199,9 +199,9 @@ class FlowConfig(_Section):
         0.3, ge=0, le=1, description="Refuse a run that would delete more than this share of a namespace's documents."
     )
     lock_wait_s: float = Field(
-        600.0, ge=0, description="Seconds a write waits for another write to the same namespace from this process "
-        "(threads, an MCP server, a backfill) to finish before it gives up; writes from other processes are "
-        "refused at once.")
+        600.0, ge=0, description="Seconds a write waits for another write to the same namespace to finish before "
+        "it gives up: from this process (threads, an MCP server, a backfill) or from another process or machine "
+        "(its lock file or lease; the wait names the holder). A lock whose holder is provably gone is taken over.")
 
 
 class RerankConfig(_Section):

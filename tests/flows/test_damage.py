@@ -18,6 +18,7 @@ from kbflow import api
 from kbflow.search.tokens import TOKENIZER_VERSION
 from kbflow.state.files import StateDamaged
 from kbflow.state.manifest import NamespaceState
+from kbflow.state.lock import NamespaceLocked
 
 DOCS = 4  # tests/cases/docs
 STORES = ("lancedb", "qdrant")
@@ -182,3 +183,62 @@ def test_the_command_line_names_the_damage_and_exits_2_with_the_json_error(built
                           str(not_a_folder), "--json"], capture_output=True, text=True, env=env, timeout=300)
     assert add.returncode == 2 and "Traceback" not in add.stderr, add.stderr
     assert "is a file, not a folder" in json.loads(add.stdout)["error"]["message"]
+
+
+def _dead_pid() -> int:
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    return dead.pid
+
+
+@pytest.mark.parametrize("lock_kind", ["dead-holder", "hand-written", "empty-old", "folder", "foreign", "garbage"])
+def test_a_damaged_or_stale_lock_is_named_by_verify_and_healed_or_named_with_the_command(built, tmp_path, lock_kind,
+                                                                                        counting):
+    """What an operator finds after a bad day: a lock whose holder is provably gone is reported by verify and taken
+    over by verify --repair (and by the next write); one kbflow cannot prove stale (another host, an unreadable
+    record) is reported as far as it reads, with the command that removes it, and never taken silently."""
+    import socket
+    import time
+
+    docs, made = built
+    config, base, (rows_before, _) = made["lancedb"]
+    data = tmp_path / "data"
+    shutil.copytree(base, data)
+    lock = data / "state" / "default" / "ingest.lock"
+    here = socket.gethostname()
+    if lock_kind == "dead-holder":
+        lock.write_text(json.dumps({"pid": _dead_pid(), "host": here, "started": time.time()}))
+    elif lock_kind == "hand-written":
+        lock.write_text(json.dumps({"pid": str(_dead_pid()), "host": here, "started": "yesterday 3am"}))
+    elif lock_kind == "empty-old":
+        lock.write_text("")
+        os.utime(lock, (time.time() - 600, time.time() - 600))
+    elif lock_kind == "folder":
+        lock.mkdir()
+    elif lock_kind == "foreign":
+        lock.write_text(json.dumps({"pid": 4242, "host": "build-7", "started": time.time()}))
+    else:
+        lock.write_bytes(b"\x00\x17{pid")
+    stale = lock_kind not in ("foreign", "garbage")
+    found = api.verify("default", config, data)
+    [finding] = [f for f in found["findings"] if f["check"] == "ingest.lock"]
+    assert not found["ok"]
+    quick = config.parent / "quick.yaml"
+    quick.write_text(config.read_text() + "  lock_wait_s: 1\n")  # under the flow: section
+    if stale:
+        assert "takes it over" in finding["detail"]
+        repaired = api.verify("default", quick, data, repair=True)
+        assert "ingest.lock" in repaired["repaired"] and not lock.exists()
+        assert api.verify("default", quick, data)["ok"]
+        assert api.ingest([str(docs)], config=quick, data_dir=data)["chunks"]["embedded"] == 0
+    else:
+        assert f"rm '{lock}'" in finding["detail"]
+        for write in (lambda: api.verify("default", quick, data, repair=True),
+                      lambda: api.ingest([str(docs)], config=quick, data_dir=data)):
+            with pytest.raises(NamespaceLocked) as refused:
+                write()
+            assert f"rm '{lock}'" in str(refused.value) and "waited" in str(refused.value)
+        assert lock.exists()  # never taken silently
+        lock.unlink()  # the command the message names
+        assert api.ingest([str(docs)], config=quick, data_dir=data)["chunks"]["embedded"] == 0
+    assert _contents(config, data)[0] == rows_before

@@ -221,7 +221,8 @@ def test_errors_are_one_line_and_a_json_object_on_stdout(orchestrator, docs_dir,
     lock = data / "state" / "default" / "ingest.lock"
     lock.parent.mkdir(parents=True)
     lock.write_text(json.dumps({"pid": os.getpid(), "host": os.uname().nodename, "started": time.time()}))
-    env = subprocess_env(KBFLOW__FLOW__ORCHESTRATOR=orchestrator) if orchestrator == "prefect" else None
+    env = subprocess_env(KBFLOW__FLOW__ORCHESTRATOR=orchestrator, KBFLOW__FLOW__LOCK_WAIT_S="1") \
+        if orchestrator == "prefect" else {"KBFLOW__FLOW__LOCK_WAIT_S": "1"}
     run = kbflow("ingest", str(docs_dir), "--data-dir", str(data), "--json", cwd=tmp_path, env=env)
     assert run.returncode == 2
     assert json.loads(run.stdout) == {"error": {"type": "NamespaceLocked", "message": json.loads(run.stdout)["error"]["message"]}}

@@ -131,12 +131,12 @@ def wait_for(marker: Path, process: subprocess.Popen, timeout: float = 300) -> N
 
 def test_second_run_on_a_namespace_is_refused_other_namespaces_proceed(docs_dir, small_batches, tmp_path):
     """The engine's namespace lock. A second writer that runs the engine directly (a terminal without a Prefect
-    server) is refused at once; a second Prefect flow run of the namespace would instead queue on the namespace's
+    server) is refused once flow.lock_wait_s has passed (1 s here); a second Prefect flow run of the namespace would instead queue on the namespace's
     concurrency slot until the first ends (kbflow.tasks.runs; tests/server covers it), so this test's second and
     third writers run direct."""
     data_dir, marker = tmp_path / "data", tmp_path / "paused"
     direct = tmp_path / "direct.yaml"
-    direct.write_text("flow:\n  orchestrator: direct\n", encoding="utf-8")
+    direct.write_text("flow:\n  orchestrator: direct\n  lock_wait_s: 1\n", encoding="utf-8")
     # the writer stands at plan.written (lock held) until the test is done with it: it is killed there, never let go
     first = start_paused(docs_dir, data_dir, small_batches, f"plan.written:pause({HOLD_S})", marker)
     try:

@@ -26,12 +26,37 @@ def alive(pid: int) -> bool:
     return True
 
 
+def pid_of(holder: dict) -> int | None:
+    """The holder's pid when the record gives a usable one (a hand-written or damaged record may not)."""
+    pid = holder.get("pid")
+    if isinstance(pid, bool) or not isinstance(pid, (int, str)):
+        return None
+    try:
+        value = int(pid)
+    except ValueError:
+        return None
+    return value if value > 0 else None
+
+
 def died_here(holder: dict) -> bool:
     """Whether a lock's holder ran on this host and is no longer alive: its lock is taken over at once."""
-    return bool(holder) and holder.get("host") == socket.gethostname() and not alive(int(holder.get("pid", 0) or 0))
+    pid = pid_of(holder)
+    return pid is not None and holder.get("host") == socket.gethostname() and not alive(pid)
+
+
+def _since(started: object) -> str:
+    if isinstance(started, (int, float)) and not isinstance(started, bool):
+        try:
+            return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started))
+        except (OverflowError, OSError, ValueError):
+            pass
+    return f"an unreadable time ({str(started)[:40]!r})"
 
 
 def held_by(namespace: str, holder: dict) -> str:
-    """Who holds a namespace, in the words of the NamespaceLocked error."""
-    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(holder.get("started", 0)))
-    return f"namespace {namespace!r} is being ingested by pid {holder.get('pid')} on {holder.get('host')} since {started}"
+    """Who holds a namespace, in the words of the NamespaceLocked error, as far as its record can be read."""
+    pid = pid_of(holder)
+    who = f"pid {pid}" if pid is not None else f"an unreadable pid ({str(holder.get('pid'))[:40]!r})"
+    host = holder.get("host")
+    where = str(host)[:100] if isinstance(host, str) and host else "an unknown host"
+    return f"namespace {namespace!r} is being ingested by {who} on {where} since {_since(holder.get('started'))}"

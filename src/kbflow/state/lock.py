@@ -1,10 +1,13 @@
 """One writer per namespace: in this process, an in-process lock that writes queue behind (threads, an MCP server,
-a backfill's runs); across processes and machines, a lock file with owner and start time (taken over when its owner
-died) or, on object storage, a lease object (``object_lock``)."""
+a backfill's runs); across processes and machines, a lock file with owner and start time or, on object storage, a
+lease object (``object_lock``), which a write waits for (``flow.lock_wait_s``) and takes over once its holder is
+provably gone. A lock file kbflow cannot read is reported as far as it can be read, with the command that removes
+it, never taken silently."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import threading
@@ -13,21 +16,30 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from kbflow.state.files import LOCK_NAME
-from kbflow.state.holders import NamespaceLocked, died_here, held_by
+from kbflow import progress
+from kbflow.state.holders import NamespaceLocked, died_here, held_by, pid_of
 from kbflow.state.object_lock import ObjectLock
 from kbflow.storage import is_remote, location
+
+log = logging.getLogger("kbflow.lock")
 
 
 def what_to_do(holder: dict, lock_path) -> str:
     """The advice of a NamespaceLocked error. Removing the lock is suggested only where kbflow cannot tell whether
-    its holder lives (another host); a live holder here (this process included) is waited for, never removed."""
-    if holder.get("host") == socket.gethostname():
-        if int(holder.get("pid", 0) or 0) == os.getpid():
+    its holder lives (another host, a record it cannot read); a live holder here (this process included) is waited
+    for, never removed."""
+    pid = pid_of(holder)
+    if holder.get("host") == socket.gethostname() and pid is not None:
+        if pid == os.getpid():
             return ("it is this process's own write (another thread, or a second data-dir path to the same folder); "
                     "it ends by itself: try again when it has finished")
         return "wait for that run to finish (it is alive), then try again"
-    return (f"wait for that run to finish; if no kbflow process runs on {holder.get('host')} any more, remove "
-            f"{lock_path}")
+    host = holder.get("host") if isinstance(holder.get("host"), str) and holder.get("host") else "its host"
+    return (f"wait for that run to finish; if no kbflow process writes this namespace on {host} any more, remove "
+            f"the lock: rm '{lock_path}'")
+
+
+EMPTY_RECORD_S = 60.0  # a lock file is written whole right after it is created: empty for longer, its writer died
 
 
 class NamespaceLock:
@@ -36,30 +48,77 @@ class NamespaceLock:
         self.namespace = namespace
 
     def acquire(self) -> None:
+        """Take the lock, or raise NamespaceLocked at once naming the holder (``namespace_lock`` waits and asks
+        again). A lock whose holder is provably gone is taken over: its process died on this host, its record
+        stayed empty past ``EMPTY_RECORD_S``, or it is an empty folder (kbflow never makes one)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         owner = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
         for _ in range(2):
             try:
                 fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
             except FileExistsError:
-                holder = self._holder()
-                if died_here(holder):
-                    self.path.unlink(missing_ok=True)  # its owner died: take over
+                holder, problem = self._holder()
+                if self._stale(holder, problem):
                     continue
+                if problem:
+                    raise NamespaceLocked(f"namespace {self.namespace!r} is locked by {self.path}, which {problem}; "
+                                          f"{what_to_do({}, self.path)}") from None
                 raise NamespaceLocked(f"{held_by(self.namespace, holder)}; {what_to_do(holder, self.path)}") from None
             with os.fdopen(fd, "w") as handle:
                 json.dump(owner, handle)
             return
         raise NamespaceLocked(f"could not take the lock {self.path}; another run raced for it, try again")
 
-    def _holder(self) -> dict:
+    def _holder(self) -> tuple[dict, str]:
+        """(the holder record, '') or ({}, what is wrong with the lock file)."""
         try:
-            return json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {}
+            if self.path.is_dir():
+                return {}, "is a folder, not a lock file"
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return {}, ""  # released meanwhile: the next try takes it
+        except (OSError, UnicodeDecodeError) as exc:
+            return {}, f"cannot be read ({exc.strerror if isinstance(exc, OSError) and exc.strerror else exc})"
+        if not text.strip():
+            return {}, "is empty"
+        try:
+            holder = json.loads(text)
+        except ValueError:
+            return {}, "is not a kbflow lock record (not JSON)"
+        if not isinstance(holder, dict):
+            return {}, "is not a kbflow lock record (not a JSON object)"
+        return holder, ""
+
+    def _would_take_over(self, holder: dict, problem: str) -> bool:
+        """Whether the lock's holder is provably gone: its process died on this host, its record stayed empty past
+        ``EMPTY_RECORD_S``, or the lock is an empty folder (kbflow never makes one)."""
+        try:
+            if problem == "is a folder, not a lock file":
+                return not any(self.path.iterdir())
+            if problem == "is empty":
+                return time.time() - self.path.stat().st_mtime > EMPTY_RECORD_S
+        except OSError:
+            return False
+        return bool(holder) and died_here(holder)
+
+    def _stale(self, holder: dict, problem: str) -> bool:
+        """Whether the lock's holder is provably gone; if so the lock is removed here (the caller tries again)."""
+        if not holder and not problem:
+            return True  # released between the two looks
+        if not self._would_take_over(holder, problem):
+            return False
+        try:
+            if self.path.is_dir():
+                self.path.rmdir()  # only an empty one (a folder with something in it is reported)
+            else:
+                self.path.unlink(missing_ok=True)  # its owner is gone: take over
+        except OSError:
+            return False
+        return True
 
     def release(self) -> None:
-        if self._holder().get("pid") == os.getpid():
+        holder, _problem = self._holder()
+        if pid_of(holder) == os.getpid():
             self.path.unlink(missing_ok=True)
             try:
                 self.path.parent.rmdir()  # the state folder, when a clear emptied it under this lock
@@ -75,6 +134,28 @@ class NamespaceLock:
 
     def __exit__(self, *exc):
         self.release()
+
+
+def describe_lock(state_root, namespace: str) -> str | None:
+    """What ``kbflow verify`` says of a namespace's lock file: nothing when there is none or a live run of this
+    host holds it; else whose it is as far as it reads, and whether a write takes it over (provably stale) or it
+    must be removed by hand (the command)."""
+    root = location(state_root)
+    if is_remote(root):
+        return None  # a lease: its own expiry heals it (object_lock)
+    lock = NamespaceLock(root, namespace)
+    if not lock.path.exists() and not lock.path.is_symlink():
+        return None
+    holder, problem = lock._holder()
+    if not holder and not problem:
+        return None
+    pid = pid_of(holder)
+    if holder and holder.get("host") == socket.gethostname() and pid is not None and not died_here(holder):
+        return None  # a run in progress
+    stale = lock._would_take_over(holder, problem)
+    who = f"{lock.path} {problem}" if problem else held_by(namespace, holder)
+    return (f"{who}: " + ("stale (its holder is gone); the next write or `kbflow verify --repair` takes it over"
+                          if stale else what_to_do(holder, lock.path)))
 
 
 DEFAULT_WAIT_S = 600.0  # flow.lock_wait_s
@@ -124,15 +205,42 @@ def _in_process(root, namespace: str, wait_s: float):
 @contextmanager
 def namespace_lock(state_root, namespace: str, wait_s: float = DEFAULT_WAIT_S):
     """The one-writer lock of a namespace, as a context manager yielding the cross-process lock (its ``check()``
-    is called before each store write). Writes from this process queue for up to ``wait_s`` seconds behind an
-    in-process lock; then a lock file on a local (or NFS) data dir, a lease object (``object_lock.ObjectLock``) on
-    object storage, refuses a writer of another process at once."""
+    is called before each store write). A write waits up to ``wait_s`` seconds in all (``flow.lock_wait_s``):
+    first behind the other writes of this process (an in-process lock), then for a writer of another process or
+    machine (a lock file on a local or NFS data dir, a lease object on object storage, ``object_lock``), asking
+    again every second and saying whom it waits for; a lock whose holder is provably gone is taken over."""
     root = location(state_root)
+    started = time.monotonic()
     with _in_process(root, namespace, wait_s):
         lock: ObjectLock | NamespaceLock
         if is_remote(root):
             lock = ObjectLock(str(root), namespace)
         else:
             lock = NamespaceLock(root, namespace)
-        with lock:
+        _acquire_waiting(lock, max(0.0, wait_s - (time.monotonic() - started)))
+        try:
             yield lock
+        finally:
+            lock.release()
+
+
+def _acquire_waiting(lock, wait_s: float) -> None:
+    """``lock.acquire()``, asked again every second for up to ``wait_s`` seconds while another writer holds it;
+    the wait shows as a progress line naming the holder, and its end as the holder's error with the time waited."""
+    started = time.monotonic()
+    told = False
+    while True:
+        try:
+            lock.acquire()
+            return
+        except NamespaceLocked as exc:
+            waited = time.monotonic() - started
+            if waited >= wait_s:
+                if not told:
+                    raise
+                raise NamespaceLocked(f"{exc} (this write waited {waited:.0f} s for it: flow.lock_wait_s)") from None
+            if not told:
+                log.warning("%s; waiting up to %.0f s (flow.lock_wait_s)", exc, wait_s)
+                told = True
+            progress.report(f"waiting: {str(exc).split(';', 1)[0]}", int(waited), int(wait_s))
+            time.sleep(min(1.0, max(0.05, wait_s - waited)))
