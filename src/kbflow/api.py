@@ -33,6 +33,7 @@ from kbflow.search.searcher import Searcher  # noqa: E402
 from kbflow.state.lock import describe_lock, namespace_lock  # noqa: E402
 from kbflow.state.manifest import NamespaceState, live_store_namespace  # noqa: E402
 from kbflow.stores import Hit, SearchFilter, open_store  # noqa: E402
+from kbflow.stores.errors import store_errors  # noqa: E402
 from kbflow.stores.factory import store_uri  # noqa: E402
 
 
@@ -203,7 +204,8 @@ def clear(namespace: str, config: KbConfig | str | Path | None = None, data_dir:
     namespace = check_namespace(namespace)
     state = NamespaceState(cfg.data_dir, namespace)
     removed, superseded = 0, []
-    with namespace_lock(state.root, namespace, cfg.flow.lock_wait_s):
+    with store_errors(f"clearing namespace {namespace!r} in data dir {str(cfg.data_dir)!r}"), \
+            namespace_lock(state.root, namespace, cfg.flow.lock_wait_s):
         meta = state.meta() or {}  # under the lock: a reembed may have switched tables until it was free
         if meta.get("dimension"):
             superseded = drop_superseded(cfg, namespace, meta)  # the record goes below
@@ -231,7 +233,9 @@ def verify(namespace: str | None = None, config: KbConfig | str | Path | None = 
             report["findings"].append({"check": "ingest.lock", "detail": lock_note, "doc_ids": []})
             report["ok"] = False
         return report
-    with namespace_lock(root, namespace, cfg.flow.lock_wait_s):  # takes over a stale lock, waits for a live one
+    # a data dir that cannot be written is one error naming the path, as for an ingest
+    with store_errors(f"repairing namespace {namespace!r} in data dir {str(cfg.data_dir)!r}"), \
+            namespace_lock(root, namespace, cfg.flow.lock_wait_s):  # takes over a stale lock, waits for a live one
         report = run_verify(cfg, namespace, repair=True).to_dict()
     if lock_note:
         report["repaired"] = {**(report["repaired"] or {}), "ingest.lock": f"taken over ({lock_note.split(':')[0]})"}

@@ -80,8 +80,9 @@ def verify(config: KbConfig, namespace: str, repair: bool = False) -> Report:
         findings.append(Finding("namespace.json", str(exc)))
         if not repair:
             return Report(namespace, "", dict(EMPTY_COUNTS), findings)
+        moved = heal.set_aside(state.meta_path)
         meta = rewrite_meta(config, state)
-        healed["namespace.json"] = f"rewritten: {meta['model_id']} (dim {meta['dimension']})"
+        healed["namespace.json"] = f"{moved}rewritten: {meta['model_id']} (dim {meta['dimension']})"
     if meta is None:
         raise ConfigError(f"namespace {namespace!r} does not exist under {config.data_dir}; nothing to verify")
     model_id, dimension = meta["model_id"], meta["dimension"]
@@ -123,9 +124,10 @@ def verify(config: KbConfig, namespace: str, repair: bool = False) -> Report:
     if "last_run.json" in damaged:
         healed["last_run.json"] = heal.drop_last_run(state)
     if "manifest.parquet" in damaged:
+        moved = heal.set_aside(state.manifest_path)
         manifest = heal.rebuild_manifest(state, store, model_id, origin_of)
-        healed["manifest.parquet"] = (f"rebuilt from the store: {manifest.num_rows} documents, re-checked by the "
-                                      "next ingest")
+        healed["manifest.parquet"] = (f"{moved}rebuilt from the store: {manifest.num_rows} documents, re-checked by "
+                                      "the next ingest")
     if manifest is None:  # unreadable without repair returned above; repaired, it was rebuilt
         raise RuntimeError("the manifest was neither read nor rebuilt")
 

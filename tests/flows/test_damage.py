@@ -84,6 +84,16 @@ def damage(data: Path, kind: str) -> str:
     if kind == "last-run-empty":
         (state / "last_run.json").write_text("")
         return "last_run.json"
+    if kind.endswith("-folder"):  # a folder where the state file belongs (someone's mkdir, a bad restore)
+        name = {"manifest-folder": "manifest.parquet", "namespace-folder": "namespace.json",
+                "last-run-folder": "last_run.json"}[kind]
+        (state / name).unlink()
+        (state / name).mkdir()
+        (state / name / "kept.txt").write_text("whatever was put there is kept")
+        return name
+    if kind == "namespace-wrong-types":
+        (state / "namespace.json").write_text(json.dumps({"dimension": "abc", "model_id": 5, "created": 1}))
+        return "namespace.json"
     if kind == "store-file-gone":
         _oldest_but_one(data / "lancedb" / "chunks_default.lance" / "data").unlink()
         return "store"
@@ -99,13 +109,15 @@ def damage(data: Path, kind: str) -> str:
 
 
 KINDS = ["manifest-cut", "manifest-empty", "namespace-empty", "last-run-empty", "store-file-gone", "qdrant-file-cut",
-         "cache-file-gone"]
+         "cache-file-gone", "manifest-folder", "namespace-folder", "last-run-folder", "namespace-wrong-types"]
 # what each read does with each damage: "error" (StateDamaged naming the file) or "ok"
 STATS = {"manifest-cut": "error", "manifest-empty": "error", "namespace-empty": "error", "last-run-empty": "error",
-         "store-file-gone": "error", "qdrant-file-cut": "error", "cache-file-gone": "ok"}
+         "store-file-gone": "error", "qdrant-file-cut": "error", "cache-file-gone": "ok", "manifest-folder": "error",
+         "namespace-folder": "error", "last-run-folder": "error", "namespace-wrong-types": "error"}
 SEARCH = {**{kind: "ok" for kind in KINDS}, "namespace-empty": "error", "store-file-gone": "error",
-          "qdrant-file-cut": "error"}
-INGEST = {**STATS, "last-run-empty": "ok"}  # a plain ingest: refuses to trust what it cannot read
+          "qdrant-file-cut": "error", "namespace-folder": "error", "namespace-wrong-types": "error"}
+# a plain ingest: refuses to trust what it cannot read, and to start where it could not record its state
+INGEST = {**STATS, "last-run-empty": "ok"}
 
 
 OWN_FILES = {"store-file-gone": "lancedb", "qdrant-file-cut": "qdrant"}
@@ -161,6 +173,9 @@ def test_damage_is_named_found_healed_and_restored_with_nothing_embedded(built, 
     assert _contents(config, data) == (rows_before, documents_before)
     assert api.verify("default", config, data)["ok"]
     assert api.stats("default", config, data)["chunks"] == len(rows_before)
+    if kind.endswith("-folder"):  # set aside, not deleted
+        [aside] = (data / "state" / "default").glob(f"{what}.set-aside-*")
+        assert (aside / "kept.txt").read_text() == "whatever was put there is kept"
 
 
 def test_the_command_line_names_the_damage_and_exits_2_with_the_json_error(built, tmp_path):

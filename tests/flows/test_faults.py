@@ -202,17 +202,22 @@ def test_a_read_only_data_dir_is_one_clear_error(case, docs_dir, tmp_path):
         folders = [parent]
     for folder in folders:
         folder.chmod(folder.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+    writes = [("ingest", str(docs_dir), "--json")]
+    if case.startswith("existing"):  # every command that writes a namespace
+        writes += [("verify", "--repair", "--json"), ("clear", "--namespace", "default", "--yes")]
     try:
-        run = kbflow("ingest", str(docs_dir), "--data-dir", str(data), "--json", cwd=tmp_path, unprivileged=True)
+        runs = [kbflow(*write, "--data-dir", str(data), cwd=tmp_path, unprivileged=True) for write in writes]
     finally:
         for folder in folders:
             folder.chmod(folder.stat().st_mode | stat.S_IWUSR)
-    assert run.returncode == 2
-    lines = [line for line in run.stderr.splitlines() if line.strip()]
-    assert len(lines) <= 3 and "Traceback" not in run.stderr, run.stderr  # one message (rich may wrap it)
-    message = " ".join(lines)
-    assert "cannot write" in message and "permission denied" in message and "--data-dir" in message
-    assert json.loads(run.stdout)["error"]["type"] == "StoreUnwritable"
+    for write, run in zip(writes, runs):
+        assert run.returncode == 2, (write, run.stderr)
+        lines = [line for line in run.stderr.splitlines() if line.strip()]
+        assert len(lines) <= 3 and "Traceback" not in run.stderr, run.stderr  # one message (rich may wrap it)
+        message = " ".join(lines)
+        assert "cannot write" in message and "permission denied" in message and "--data-dir" in message, message
+        if "--json" in write:
+            assert json.loads(run.stdout)["error"]["type"] == "StoreUnwritable"
 
 
 @pytest.mark.parametrize("orchestrator", ["direct", "prefect"])

@@ -72,9 +72,24 @@ def vector_cache(cache, store=None) -> str:
     return f"{done}; {len(missing)} vectors added back from the store"
 
 
+def set_aside(path) -> str:
+    """A folder (or anything but a file) standing where a state file belongs is renamed out of the way, never
+    deleted (it may hold someone's files), so the state file can be written again; says what was done ('' when
+    nothing stood there)."""
+    from datetime import datetime, timezone
+
+    path = Path(path)
+    if not path.is_dir():
+        return ""
+    aside = path.with_name(f"{path.name}.set-aside-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}")
+    path.rename(aside)
+    return f"the folder in its place moved to {aside.name}; "
+
+
 def drop_last_run(state: NamespaceState) -> str:
+    moved = set_aside(state.last_run_path)
     state.last_run_path.unlink(missing_ok=True)
-    return "removed; the next ingest records its run"
+    return f"{moved}removed; the next ingest records its run"
 
 
 def rebuild_manifest(state: NamespaceState, store, model_id: str, origin_of) -> pa.Table:

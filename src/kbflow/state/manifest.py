@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 from kbflow.errors import ModelMismatchError
 from kbflow.model_ids import backend_of_model, precision_of_model
 from kbflow.schemas import MANIFEST
-from kbflow.state.files import LOCK_NAME, META_KEYS, read_json, read_parquet
+from kbflow.state.files import damaged, LOCK_NAME, META_KEYS, read_json, read_parquet
 from kbflow.state.snapshots import write_table
 from kbflow.storage import location, remove_tree, write_bytes_atomic
 
@@ -41,8 +41,30 @@ class NamespaceState:
 
     # -- model ----------------------------------------------------------------
     def meta(self) -> dict | None:
-        """The namespace's model record; None before its first ingest; StateDamaged when unreadable."""
-        return read_json(self.meta_path, self.namespace, META_KEYS)
+        """The namespace's model record; None before its first ingest; StateDamaged when unreadable or of the wrong
+        shape (every reader relies on a model id that is text and a dimension that is a whole number)."""
+        meta = read_json(self.meta_path, self.namespace, META_KEYS)
+        if meta is None:
+            return None
+        wrong = [f"{key} is {value!r}" for key, value, ok in (
+            ("model_id", meta["model_id"], isinstance(meta["model_id"], str) and bool(meta["model_id"])),
+            ("dimension", meta["dimension"], isinstance(meta["dimension"], int) and not isinstance(meta["dimension"],
+                                                                                               bool)
+             and meta["dimension"] > 0),
+            ("store_namespace", meta.get("store_namespace"), isinstance(meta.get("store_namespace", ""), str)),
+            ("superseded", meta.get("superseded"), isinstance(meta.get("superseded", []), list)))
+            if not ok]
+        if wrong:
+            raise damaged(self.meta_path, self.namespace, "values of the wrong type: " + ", ".join(wrong)[:200] +
+                          " (model_id must be text, dimension a positive whole number)")
+        return meta
+
+    def check_files(self) -> None:
+        """StateDamaged for a folder standing where a state file belongs: a write would fail at its end, after its
+        work, when it records its state there; refused before it starts instead, naming the repair."""
+        for path in (self.meta_path, self.manifest_path, self.last_run_path):
+            if path.is_dir():
+                raise damaged(path, self.namespace, "it is a folder")
 
     def check_model(self, model_id: str, dimension: int) -> None:
         """A namespace keeps one model for life; using another is an error, never padding or cutting vectors."""
