@@ -30,6 +30,7 @@ class UnknownNamespace(ConfigError):
 
 
 from kbflow.search.searcher import Searcher  # noqa: E402
+from kbflow.state.files import damaged  # noqa: E402
 from kbflow.state.lock import describe_lock, namespace_lock  # noqa: E402
 from kbflow.state.manifest import NamespaceState, live_store_namespace  # noqa: E402
 from kbflow.stores import Hit, SearchFilter, open_store  # noqa: E402
@@ -156,6 +157,8 @@ def stats(namespace: str | None = None, config: KbConfig | str | Path | None = N
     last = state.last_run() or {}
     # the rows' ids, not the table's recorded count: a table with a data file gone still "counts" its rows
     chunks = stored_ids(store, namespace).num_rows if store else 0
+    if chunks and not manifest.num_rows and not state.manifest_path.exists():
+        raise damaged(state.manifest_path, namespace, f"it is missing, while the store holds {chunks} chunks")
     return {
         "namespace": namespace,
         "documents": manifest.num_rows,

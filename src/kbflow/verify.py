@@ -32,7 +32,7 @@ from kbflow.errors import ConfigError
 from kbflow.sources import origin_of
 from kbflow.graph.store import GraphStore
 from kbflow.state import heal
-from kbflow.state.files import StateDamaged
+from kbflow.state.files import StateDamaged, repair_command
 from kbflow.state.manifest import NamespaceState, store_namespace_for
 from kbflow.schemas import MANIFEST
 from kbflow.search.tokens import stored_terms_version
@@ -108,6 +108,15 @@ def verify(config: KbConfig, namespace: str, repair: bool = False) -> Report:
         else:
             if isinstance(result, pa.Table):  # the manifest (last_run.json reads as a dict)
                 manifest = result
+    if manifest is not None and store is not None and not store_damage and manifest_lost(state, store):
+        unreadable.append(Finding("manifest.parquet", f"{state.manifest_path} is missing while the store holds "
+                                                      f"{store.count()} chunks; {repair_command(namespace)} "
+                                                      "rebuilds it from the store"))
+        manifest = None
+    index_damage = store.index_damage() if store is not None and not store_damage else None
+    if index_damage:
+        unreadable.append(Finding("index", f"a search index of the store cannot be used ({index_damage}); "
+                                           f"{repair_command(namespace)} builds it again from the rows"))
     findings += unreadable
     if unreadable and not repair:  # the checks below read what is unreadable
         return Report(namespace, model_id, dict(EMPTY_COUNTS), findings)
@@ -119,6 +128,8 @@ def verify(config: KbConfig, namespace: str, repair: bool = False) -> Report:
             healed["store"] = f"{set_aside}; {heal.store_table(store)}"
         else:
             healed["store"] = heal.store_table(store)
+    if "index" in damaged and store is not None:
+        healed["index"] = f"rebuilt: {store.rebuild_indexes()}"
     if "vector-cache" in damaged:
         healed["vector-cache"] = heal.vector_cache(cache, store)
     if "last_run.json" in damaged:
@@ -190,10 +201,23 @@ def verify(config: KbConfig, namespace: str, repair: bool = False) -> Report:
               "store_rows": rows.num_rows, "store_documents": len(stored_by_doc),
               "cached_of_stored": sum(1 for key in set(keys) if key in cached), "cache_rows": cache.count(),
               "graph_edges": edge_count}
+    uncached = len(set(keys)) - counts["cached_of_stored"]
+    if uncached and "vector-cache" not in healed:  # every stored vector came through the cache: it was lost
+        findings.append(Finding("vector-cache", f"{uncached} of {len(set(keys))} stored texts are missing from the "
+                                                "vector cache: a model change or a re-chunk would embed them again; "
+                                                f"{repair_command(namespace)} adds them back from the store"))
+        if repair:
+            healed["vector-cache"] = heal.vector_cache(cache, store)
     report = Report(namespace, model_id, counts, findings)
     if repair and findings:
         report.repaired = {**_repair(state, store, cache, findings, disagree_keys, graph), **healed}
     return report
+
+
+def manifest_lost(state: NamespaceState, store) -> bool:
+    """Whether the manifest file is gone while the store still holds chunks (deleted by hand, a bad restore): not
+    an empty namespace but one whose record of what it holds was lost."""
+    return not state.manifest_path.exists() and not state.manifest_path.is_symlink() and store.count() > 0
 
 
 def _check_graph(graph: GraphStore, stored_by_doc: dict[str, set[str]], listed: dict[str, dict],

@@ -94,6 +94,19 @@ def damage(data: Path, kind: str) -> str:
     if kind == "namespace-wrong-types":
         (state / "namespace.json").write_text(json.dumps({"dimension": "abc", "model_id": 5, "created": 1}))
         return "namespace.json"
+    if kind == "namespace-gone":  # deleted by hand, while the manifest and the store remain
+        (state / "namespace.json").unlink()
+        return "namespace.json"
+    if kind == "manifest-gone":
+        (state / "manifest.parquet").unlink()
+        return "manifest.parquet"
+    if kind == "cache-gone":  # the whole vector cache table
+        [cache] = (data / "lancedb").glob("vectors_*.lance")
+        shutil.rmtree(cache)
+        return "vector-cache"
+    if kind == "index-gone":  # the table's index files (full-text), its manifest still naming them
+        shutil.rmtree(data / "lancedb" / "chunks_default.lance" / "_indices")
+        return "index"
     if kind == "store-file-gone":
         _oldest_but_one(data / "lancedb" / "chunks_default.lance" / "data").unlink()
         return "store"
@@ -109,18 +122,21 @@ def damage(data: Path, kind: str) -> str:
 
 
 KINDS = ["manifest-cut", "manifest-empty", "namespace-empty", "last-run-empty", "store-file-gone", "qdrant-file-cut",
-         "cache-file-gone", "manifest-folder", "namespace-folder", "last-run-folder", "namespace-wrong-types"]
+         "cache-file-gone", "manifest-folder", "namespace-folder", "last-run-folder", "namespace-wrong-types",
+         "namespace-gone", "manifest-gone", "cache-gone", "index-gone"]
 # what each read does with each damage: "error" (StateDamaged naming the file) or "ok"
 STATS = {"manifest-cut": "error", "manifest-empty": "error", "namespace-empty": "error", "last-run-empty": "error",
          "store-file-gone": "error", "qdrant-file-cut": "error", "cache-file-gone": "ok", "manifest-folder": "error",
-         "namespace-folder": "error", "last-run-folder": "error", "namespace-wrong-types": "error"}
+         "namespace-folder": "error", "last-run-folder": "error", "namespace-wrong-types": "error",
+         "namespace-gone": "error", "manifest-gone": "error", "cache-gone": "ok", "index-gone": "ok"}
 SEARCH = {**{kind: "ok" for kind in KINDS}, "namespace-empty": "error", "store-file-gone": "error",
-          "qdrant-file-cut": "error", "namespace-folder": "error", "namespace-wrong-types": "error"}
+          "qdrant-file-cut": "error", "namespace-folder": "error", "namespace-wrong-types": "error",
+          "namespace-gone": "error", "index-gone": "error"}
 # a plain ingest: refuses to trust what it cannot read, and to start where it could not record its state
-INGEST = {**STATS, "last-run-empty": "ok"}
+INGEST = {**STATS, "last-run-empty": "ok", "manifest-gone": "ok"}
 
 
-OWN_FILES = {"store-file-gone": "lancedb", "qdrant-file-cut": "qdrant"}
+OWN_FILES = {"store-file-gone": "lancedb", "qdrant-file-cut": "qdrant", "index-gone": "lancedb"}
 
 
 def _matrix():

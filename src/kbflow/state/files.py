@@ -53,6 +53,10 @@ FIXES = {
 
 def store_unreadable(namespace: str, reason: str) -> StateDamaged:
     """The store (or a table of it) of ``namespace`` cannot be read, and the command that heals it."""
+    if "search index" in reason:  # the rows are whole: the index is built again from them
+        return StateDamaged(f"the store of namespace {namespace!r} cannot be searched ({reason}); run "
+                            f"{repair_command(namespace)}: it builds the index again from the stored rows (nothing "
+                            "is lost or embedded again)", namespace=namespace)
     return StateDamaged(f"the store of namespace {namespace!r} cannot be read ({reason}); run "
                         f"{repair_command(namespace)}: it restores the table's newest readable version (or empties "
                         "it), then `kbflow ingest` writes back what it lacks with vectors from the vector cache",

@@ -45,6 +45,9 @@ class NamespaceState:
         shape (every reader relies on a model id that is text and a dimension that is a whole number)."""
         meta = read_json(self.meta_path, self.namespace, META_KEYS)
         if meta is None:
+            if self.manifest_path.exists() or self.last_run_path.exists():  # written only after namespace.json
+                raise damaged(self.meta_path, self.namespace, "it is missing, while the namespace's manifest or "
+                                                              "last run remain")
             return None
         wrong = [f"{key} is {value!r}" for key, value, ok in (
             ("model_id", meta["model_id"], isinstance(meta["model_id"], str) and bool(meta["model_id"])),

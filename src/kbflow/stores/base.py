@@ -87,6 +87,13 @@ class Store(Protocol):
         vector index (stores that build one on writes do so after an ingest's last batch, not during it);
         ``between_batches``: a write's own refresh, which may leave some rows for the end of the run."""
 
+    def index_damage(self) -> str | None:
+        """Why the store's search indexes cannot be used (a full-text or vector index file deleted or damaged), or
+        None; stores whose indexes live inside their own files answer None."""
+
+    def rebuild_indexes(self) -> dict:
+        """Build the search indexes again from the rows (after ``index_damage``); returns what was done."""
+
     def rows(self, columns: list[str] | None = None) -> pa.Table:
         """Every row sorted by chunk id (verification and tests)."""
 

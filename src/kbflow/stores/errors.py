@@ -86,7 +86,8 @@ def damage_reason(exc: BaseException) -> str | None:
         path = missing.group(1)
         if not path.startswith("/") and os.path.isdir("/" + os.path.dirname(path)):
             path = "/" + path  # LanceDB names local files by their object-store path, without the root
-        return f"a data file is missing: {path}"
+        what = "a search index file" if "/_indices/" in path else "a data file"  # an index is rebuilt, not restored
+        return f"{what} is missing: {path}"
     if "LanceError(IO)" in text or "LanceError(Corrupt" in text:
         return text.strip().splitlines()[0][:200]
     return None

@@ -244,6 +244,37 @@ class LanceStore:
             return None
         return unreadable_reason(self.table, list(store_schema(self.dimension).names))
 
+    def index_damage(self) -> str | None:
+        """Why a search through the table's indexes fails (a full-text or vector index file deleted or cut short),
+        or None: one full-text and one vector query, each reading every index it has."""
+        if not self.exists() or self.table.count_rows() == 0:
+            return None
+        try:
+            indexes = self._indexes()
+            if FTS_COLUMN in indexes:
+                self.table.search("kbflow", query_type="fts", fts_columns=FTS_COLUMN).limit(1).to_arrow()
+            if "vector" in indexes:
+                probe = np.ones(self.dimension, dtype=np.float32) / np.sqrt(self.dimension)
+                self.table.search(probe, vector_column_name="vector").limit(1).to_arrow()
+        except Exception as exc:  # noqa: BLE001 - LanceDB raises many types; each is reported, with its reason
+            return damage_reason(exc) or f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+        return None
+
+    def rebuild_indexes(self) -> dict:
+        """The full-text index made again from the rows, and the vector index trained again where there was one
+        (each replaces the damaged one; the rows are not touched)."""
+        done: dict[str, str] = {}
+        if not self.exists() or self.table.count_rows() == 0:
+            return done
+        had_vector = any(config.columns == ["vector"] for config in self.table.list_indices())
+        self._create_fts_index()
+        done[FTS_COLUMN] = "rebuilt"
+        if had_vector:
+            self._train_vector_index(self.table.count_rows())
+            done["vector"] = f"retrained {self.vector_index_type}"
+        self._fts_ready = True
+        return done
+
     def restore_readable(self) -> dict | None:
         """Restore the newest version of the table that reads whole ({version, rows}), or None when none does."""
         if not self.exists():

@@ -165,6 +165,13 @@ class QdrantStore:
             return f"Qdrant collection {self.collection!r} cannot be read: {str(exc).strip()[:300]}"
         return None
 
+    def index_damage(self) -> str | None:
+        """None: a collection's indexes live in its own storage, read (and healed) with it."""
+        return None
+
+    def rebuild_indexes(self) -> dict:
+        return {}
+
     def restore_readable(self) -> dict | None:
         """Qdrant keeps no earlier versions of a collection here: nothing to restore (verify then empties it)."""
         return None
