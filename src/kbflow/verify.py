@@ -123,7 +123,7 @@ def verify(config: KbConfig, namespace: str, repair: bool = False) -> Report:
     damaged = {finding.check for finding in unreadable}
     if "store" in damaged:  # first: the manifest may be rebuilt from it
         if store is None:
-            set_aside = heal.set_aside_store(config)
+            set_aside = heal.set_aside_store(config, state.store_namespace())
             store = open_store(config, state.store_namespace(), dimension)
             healed["store"] = f"{set_aside}; {heal.store_table(store)}"
         else:

@@ -107,6 +107,17 @@ def damage(data: Path, kind: str) -> str:
     if kind == "index-gone":  # the table's index files (full-text), its manifest still naming them
         shutil.rmtree(data / "lancedb" / "chunks_default.lance" / "_indices")
         return "index"
+    if kind == "version-scrambled":  # the table's newest version manifest scrambled: the table cannot open
+        import random
+
+        versions = data / "lancedb" / "chunks_default.lance" / "_versions"
+        newest = min(versions.glob("*.manifest"), key=lambda path: int(path.stem))  # names count down
+        scrambled = bytearray(newest.read_bytes())
+        shuffle = random.Random(1)
+        for _ in range(len(scrambled) // 3):
+            scrambled[shuffle.randrange(len(scrambled))] = shuffle.randrange(256)
+        newest.write_bytes(bytes(scrambled))
+        return "store"
     if kind == "store-file-gone":
         _oldest_but_one(data / "lancedb" / "chunks_default.lance" / "data").unlink()
         return "store"
@@ -123,20 +134,22 @@ def damage(data: Path, kind: str) -> str:
 
 KINDS = ["manifest-cut", "manifest-empty", "namespace-empty", "last-run-empty", "store-file-gone", "qdrant-file-cut",
          "cache-file-gone", "manifest-folder", "namespace-folder", "last-run-folder", "namespace-wrong-types",
-         "namespace-gone", "manifest-gone", "cache-gone", "index-gone"]
+         "namespace-gone", "manifest-gone", "cache-gone", "index-gone", "version-scrambled"]
 # what each read does with each damage: "error" (StateDamaged naming the file) or "ok"
 STATS = {"manifest-cut": "error", "manifest-empty": "error", "namespace-empty": "error", "last-run-empty": "error",
          "store-file-gone": "error", "qdrant-file-cut": "error", "cache-file-gone": "ok", "manifest-folder": "error",
          "namespace-folder": "error", "last-run-folder": "error", "namespace-wrong-types": "error",
-         "namespace-gone": "error", "manifest-gone": "error", "cache-gone": "ok", "index-gone": "ok"}
+         "namespace-gone": "error", "manifest-gone": "error", "cache-gone": "ok", "index-gone": "ok",
+         "version-scrambled": "error"}
 SEARCH = {**{kind: "ok" for kind in KINDS}, "namespace-empty": "error", "store-file-gone": "error",
           "qdrant-file-cut": "error", "namespace-folder": "error", "namespace-wrong-types": "error",
-          "namespace-gone": "error", "index-gone": "error"}
+          "namespace-gone": "error", "index-gone": "error", "version-scrambled": "error"}
 # a plain ingest: refuses to trust what it cannot read, and to start where it could not record its state
 INGEST = {**STATS, "last-run-empty": "ok", "manifest-gone": "ok"}
 
 
-OWN_FILES = {"store-file-gone": "lancedb", "qdrant-file-cut": "qdrant", "index-gone": "lancedb"}
+OWN_FILES = {"store-file-gone": "lancedb", "qdrant-file-cut": "qdrant", "index-gone": "lancedb",
+             "version-scrambled": "lancedb"}
 
 
 def _matrix():

@@ -36,9 +36,16 @@ def store_table(store) -> str:
             "are re-run by the next ingest")
 
 
-def set_aside_store(config: KbConfig) -> str:
-    """A local store folder that cannot be opened (Qdrant's local mode): its damaged collections are moved aside
-    (renamed, not deleted) so it opens again."""
+def set_aside_store(config: KbConfig, store_namespace: str) -> str:
+    """A local store that cannot be opened: a LanceDB table's damaged newest manifests, or Qdrant local mode's
+    damaged collections, are moved aside (renamed, not deleted) so it opens again."""
+    if config.store.kind != "qdrant":
+        from kbflow.stores.factory import store_uri
+        from kbflow.stores.lancedb_store import set_aside_unreadable_versions
+
+        moved_versions = set_aside_unreadable_versions(store_uri(config), f"chunks_{store_namespace}")
+        return (f"damaged newest versions moved aside: {', '.join(moved_versions)}" if moved_versions
+                else "no damaged version found to move aside")
     from kbflow.stores.qdrant_store import set_aside_damaged
 
     where = config.store.qdrant_location or str(Path(config.data_dir) / "qdrant")

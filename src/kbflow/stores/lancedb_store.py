@@ -88,6 +88,42 @@ def open_table_or_none(db, name: str):
         return None
 
 
+_INVERTED = 2**64 - 1  # manifests named u64::MAX - version (LanceDB's v2 naming): the smallest number is the newest
+
+
+def _version_of(manifest: Path) -> int:
+    number = int(manifest.stem)
+    return _INVERTED - number if number > 2**63 else number
+
+
+def set_aside_unreadable_versions(db_uri: str, table_name: str) -> list[str]:
+    """A local table that cannot even be opened because its newest version's manifest is damaged (cut short,
+    scrambled): that manifest is renamed out of the way (``.set-aside``, never deleted), and the next newest tried,
+    until the table opens; the latest-version hint goes with them. The names moved aside; [] when it opens as it
+    is or is not a local table."""
+    import lancedb
+
+    folder = Path(db_uri) / f"{table_name}.lance" / "_versions"
+    if storage.is_remote(storage.location(db_uri)) or not folder.is_dir():
+        return []
+    moved: list[str] = []
+    while True:
+        try:
+            table = lancedb.connect(db_uri).open_table(table_name)
+            table.count_rows()
+            return moved
+        except Exception:  # noqa: BLE001 - any failure to open is what this is for; it stops when one version opens
+            manifests = sorted(folder.glob("*.manifest"), key=_version_of, reverse=True)
+            if len(manifests) <= 1:
+                return moved  # nothing older to open: restore_readable or clear takes it from here
+            newest = manifests[0]
+            newest.rename(newest.with_name(newest.name + ".set-aside"))
+            moved.append(newest.name)
+            hint = folder / "latest_version_hint.json"
+            if hint.exists():
+                hint.rename(hint.with_name(hint.name + ".set-aside"))
+
+
 def unreadable_reason(table, columns: list[str]) -> str | None:
     """Why ``columns`` of a LanceDB table cannot be read in full (a data file deleted or cut short), or None."""
     try:
@@ -211,7 +247,15 @@ class LanceStore:
     @property
     def table(self):
         if self._table is None:
-            self._table = self._db.create_table(self.table_name, schema=store_schema(self.dimension), exist_ok=True)
+            try:
+                self._table = self._db.create_table(self.table_name, schema=store_schema(self.dimension),
+                                                    exist_ok=True)
+            except Exception as exc:  # a table that cannot be opened at all: its newest manifest is damaged
+                reason = damage_reason(exc)
+                if reason is None:
+                    raise
+                raise store_unreadable(self.namespace, f"table {self.table_name} cannot be opened: {reason}") \
+                    from exc
             missing = set(store_schema(self.dimension).names) - set(self._table.schema.names)
             if missing:
                 raise ValueError(
@@ -219,11 +263,21 @@ class LanceStore:
                     f"older kbflow); run `kbflow clear --namespace {self.namespace} --yes` and ingest again")
         return self._table
 
+    def _opened_or_none(self):
+        """The table opened, or None when it does not exist; StateDamaged when it exists and cannot be opened."""
+        try:
+            return open_table_or_none(self._db, self.table_name)
+        except Exception as exc:
+            reason = damage_reason(exc)
+            if reason is None:
+                raise
+            raise store_unreadable(self.namespace, f"table {self.table_name} cannot be opened: {reason}") from exc
+
     def present(self) -> bool:
-        return self._table is not None or open_table_or_none(self._db, self.table_name) is not None
+        return self._table is not None or self._opened_or_none() is not None
 
     def exists(self) -> bool:
-        if self._table is None and open_table_or_none(self._db, self.table_name) is not None:
+        if self._table is None and self._opened_or_none() is not None:
             return self.table is not None
         return self._table is not None
 
