@@ -76,3 +76,13 @@ def confine(source: str, policy: SourcePolicy) -> str:
 
 
 claims_nothing = _never  # for kinds that arrive as job fields (uploads, texts), never as a source string
+
+
+def confine_url(source: str, policy: SourcePolicy) -> str:
+    """Someone else's URL, allowed only under a prefix (``SourcePolicy.check_url``): the object and web kinds."""
+    return policy.check_url(source).url
+
+
+def not_a_source(source: str, _policy: SourcePolicy) -> str:
+    """The confinement of kinds that claim no source string (uploads, texts): never called."""
+    raise LookupError(f"{source!r} is not read from a source")

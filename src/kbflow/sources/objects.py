@@ -5,8 +5,8 @@ else's URL only under an allowed prefix (``--allow-source``, ``deploy.source_roo
 
 from __future__ import annotations
 
-from kbflow.sources.base import SourceKind, register
-from kbflow.trust import SourcePolicy, is_file_url
+from kbflow.sources.base import SourceKind, confine_url, register
+from kbflow.trust import is_file_url
 from kbflow.urls import is_url
 
 
@@ -14,12 +14,8 @@ def _claims(source: str) -> bool:
     return is_url(source) and not is_file_url(source) and not source.lower().startswith(("http://", "https://"))
 
 
-def _confine(source: str, policy: SourcePolicy) -> str:
-    return policy.check_url(source).url
-
-
 OBJECTS = register(SourceKind(
-    name="object", origin="file", prefix="", claims=_claims, normalise=str, confine=_confine,
+    name="object", origin="file", prefix="", claims=_claims, normalise=str, confine=confine_url,
     identity="the key below the URL's last segment, prefixed with that segment (`prefix/guide/a.md`)",
     confinement="someone else's URL: under an allowed prefix (scheme, bucket, then the path on a segment "
                 "boundary)",

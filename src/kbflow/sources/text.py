@@ -9,15 +9,11 @@ import hashlib
 import time
 
 from kbflow.convert.scan import SourceFile, doc_id_for
-from kbflow.sources.base import SourceKind, claims_nothing, register
-
-
-def _refuse(source: str, _policy) -> str:
-    raise LookupError(f"a text is not read from a source ({source!r})")  # never called: texts claim no source
+from kbflow.sources.base import SourceKind, claims_nothing, not_a_source, register
 
 
 TEXT = register(SourceKind(
-    name="text", origin="text", prefix="text:", claims=claims_nothing, normalise=str, confine=_refuse,
+    name="text", origin="text", prefix="text:", claims=claims_nothing, normalise=str, confine=not_a_source,
     identity="`text:<doc_id>`, the id the caller chose", confinement="at most the inline limit over MCP",
     fetch="the request's own text", change="SHA-256 of the text"))
 

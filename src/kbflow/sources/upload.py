@@ -18,18 +18,14 @@ from kbflow.config import ConvertConfig
 from kbflow.convert.objects import read_bytes
 from kbflow.convert.scan import SourceFile, doc_id_for
 from kbflow.errors import ConfigError
-from kbflow.sources.base import SourceKind, claims_nothing, register
+from kbflow.sources.base import SourceKind, claims_nothing, not_a_source, register
 from kbflow.trust import MAX_NAME_BYTES
 
 INBOX = "mcp-inbox"  # under the data dir: one folder per namespace
 
 
-def _refuse(source: str, _policy) -> str:
-    raise LookupError(f"an upload is not read from a source ({source!r})")  # never called: uploads claim none
-
-
 UPLOAD = register(SourceKind(
-    name="upload", origin="upload", prefix="upload:", claims=claims_nothing, normalise=str, confine=_refuse,
+    name="upload", origin="upload", prefix="upload:", claims=claims_nothing, normalise=str, confine=not_a_source,
     identity="`upload:<file name>`; the same name replaces it",
     confinement="one plain file name (no folder or control characters, at most 255 bytes), at most the inline "
                 "limit, scanned for credentials before anything is written",

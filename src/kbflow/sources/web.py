@@ -6,20 +6,15 @@ an allowed prefix, to public addresses unless the prefix names the host, every r
 
 from __future__ import annotations
 
-from kbflow.sources.base import SourceKind, register
-from kbflow.trust import SourcePolicy
+from kbflow.sources.base import SourceKind, confine_url, register
 
 
 def is_web(source: object) -> bool:
     return isinstance(source, str) and source.lower().startswith(("http://", "https://"))
 
 
-def _confine(source: str, policy: SourcePolicy) -> str:
-    return policy.check_url(source).url
-
-
 WEB = register(SourceKind(
-    name="web", origin="file", prefix="", claims=is_web, normalise=str, confine=_confine,
+    name="web", origin="file", prefix="", claims=is_web, normalise=str, confine=confine_url,
     identity="host and path of the page (`docs.example.com/guide/index.html`)",
     confinement="someone else's URL: under an allowed prefix, to public addresses unless the prefix names "
                 "the host, every redirect checked again",
