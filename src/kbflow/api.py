@@ -16,6 +16,7 @@ from kbflow.config import KbConfig, check_namespace  # noqa: E402
 from kbflow.convert.converters import without_nul  # noqa: E402
 from kbflow.convert.secrets import check_name_secrets  # noqa: E402
 from kbflow.sources import kind_of  # noqa: E402
+from kbflow.sources.text import TEXT  # noqa: E402
 from kbflow.engine.ingest import IngestJob  # noqa: E402
 from kbflow.engine.reembed import reembed as run_engine_reembed  # noqa: E402
 from kbflow.engine.store_check import stored_ids  # noqa: E402
@@ -80,13 +81,13 @@ def add_upload(name: str, data: bytes, namespace: str | None = None, config: KbC
     the page's identity instead (``kbflow.sources.web``). The secret scan reads the content before anything is
     written; refused content never reaches the disk (``kbflow.sources.upload``)."""
     from kbflow.convert.web import source_path_of
-    from kbflow.sources.upload import INBOX, check_name, check_upload, inbox_name
+    from kbflow.sources.upload import INBOX, UPLOAD, check_name, check_upload, inbox_name
     from kbflow.storage import location, write_bytes_atomic
 
     cfg = resolve_config(config, data_dir)
     name = check_name(name)
     namespace = check_namespace(namespace or cfg.namespace)
-    source_path = source_path_of(page_url) if page_url else f"upload:{name}"
+    source_path = source_path_of(page_url) if page_url else UPLOAD.prefix + name
     check_upload(data, name, source_path, cfg.convert)
     target = location(cfg.data_dir) / INBOX / namespace / inbox_name(source_path, Path(name).suffix)
     write_bytes_atomic(target, data)
@@ -103,7 +104,7 @@ def add_text(text: str, doc_id: str, namespace: str | None = None, config: KbCon
         raise ConfigError("add_text needs a non-empty doc_id")
     cfg = resolve_config(config, data_dir)
     if cfg.convert.secret_scan:  # an id is a name, stored and shown: scanned like a file's (the text is, at convert)
-        check_name_secrets(f"text:{doc_id}", cfg.convert.secret_scan_allow)
+        check_name_secrets(TEXT.prefix + doc_id, cfg.convert.secret_scan_allow)
     return run_ingest(cfg, IngestJob([], namespace, [{"doc_id": doc_id, "text": text}]))
 
 

@@ -84,16 +84,8 @@ def server(tmp_path_factory):
     bad_config.write_text("flow:\n  doc_batch: 0\n", encoding="utf-8")
 
     server_log, serve_log = root / "server.log", root / "serve.log"
-    started = [_start([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-                      env, server_log)]
+    started = [start_prefect_server(port, env, server_log)]
     try:
-        def healthy():
-            try:
-                return httpx.get(f"{api_url}/health", timeout=2).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        _wait_for(healthy, 180, "prefect server /api/health", server_log)
         # served from a folder outside the checkout: nothing may depend on the working directory
         started.append(_start([str(BIN / "kbflow"), "serve", "--config", str(config)], env, serve_log, cwd=root))
 
@@ -107,6 +99,25 @@ def server(tmp_path_factory):
     finally:
         for process in reversed(started):
             _stop(process)
+
+
+def start_prefect_server(port: int, env: dict, log: Path) -> subprocess.Popen:
+    """`prefect server start` on 127.0.0.1:``port``, returned once its /api/health answers (stopped if it never
+    does)."""
+    server = _start([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)], env, log)
+
+    def healthy():
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        _wait_for(healthy, 180, "prefect server /api/health", log)
+    except BaseException:
+        _stop(server)
+        raise
+    return server
 
 
 def _flow_run_id(output: str) -> str:

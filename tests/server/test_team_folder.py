@@ -16,7 +16,8 @@ import pytest
 
 from kbflow import api
 from tests.conftest import CASES
-from tests.server.test_prefect_server import BIN, _create_flow_run, _free_port, _start, _stop, _wait_final, _wait_for
+from tests.server.test_prefect_server import (BIN, _create_flow_run, _free_port, _start, _stop, _wait_final,
+                                             _wait_for, start_prefect_server)
 
 
 @pytest.fixture(scope="module")
@@ -39,16 +40,8 @@ def team(tmp_path_factory):
         "data_dir: data\nnamespace: handbook\nsources: [docs]\n"
         "deploy:\n  schedules:\n    - namespace: handbook\n      cron: '0 3 * * *'\n", encoding="utf-8")
     server_log = root / "server.log"
-    server = _start([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)], env,
-                    server_log)
+    server = start_prefect_server(port, env, server_log)
     try:
-        def healthy():
-            try:
-                return httpx.get(f"{api_url}/health", timeout=2).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        _wait_for(healthy, 180, "prefect server /api/health", server_log)
         yield {"root": root, "folder": folder, "env": env, "api_url": api_url}
     finally:
         _stop(server)

@@ -45,7 +45,7 @@ from kbflow.convert.web import WebScan, is_web, scan_web
 from kbflow.sources import normalise
 from kbflow.sources.local import settle_identities
 from kbflow.sources.names import refuse_secret_names, stored_secret_names
-from kbflow.sources.text import text_sources
+from kbflow.sources.text import TEXT, text_sources
 from kbflow.sources.upload import upload_sources
 from kbflow.convert.web import save_state as save_web_state
 from kbflow.convert.secrets import SecretFound, redact
@@ -237,7 +237,7 @@ def _ingest(config: KbConfig, job: IngestJob, runner: StageRunner, run_id: str) 
         if plan.todo:
             _check_embedder(run)
         progress.report("documents", 0, len(plan.todo))
-        _ingest_batches(run, plan, {f"text:{t['doc_id']}": t["text"] for t in texts})
+        _ingest_batches(run, plan, {TEXT.prefix + t["doc_id"]: t["text"] for t in texts})
         if plan.deleted:
             _delete(run, plan)
         if run.web is not None:  # the validators of what the store and manifest now hold

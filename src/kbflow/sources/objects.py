@@ -5,13 +5,14 @@ else's URL only under an allowed prefix (``--allow-source``, ``deploy.source_roo
 
 from __future__ import annotations
 
+from kbflow.convert.web import is_web
 from kbflow.sources.base import SourceKind, confine_url, register
 from kbflow.trust import is_file_url
 from kbflow.urls import is_url
 
 
 def _claims(source: str) -> bool:
-    return is_url(source) and not is_file_url(source) and not source.lower().startswith(("http://", "https://"))
+    return is_url(source) and not is_file_url(source) and not is_web(source)
 
 
 OBJECTS = register(SourceKind(

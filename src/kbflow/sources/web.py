@@ -6,11 +6,8 @@ an allowed prefix, to public addresses unless the prefix names the host, every r
 
 from __future__ import annotations
 
+from kbflow.convert.web import is_web
 from kbflow.sources.base import SourceKind, confine_url, register
-
-
-def is_web(source: object) -> bool:
-    return isinstance(source, str) and source.lower().startswith(("http://", "https://"))
 
 
 WEB = register(SourceKind(

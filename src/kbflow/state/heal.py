@@ -41,9 +41,9 @@ def set_aside_store(config: KbConfig, store_namespace: str) -> str:
     damaged collections, are moved aside (renamed, not deleted) so it opens again."""
     if config.store.kind != "qdrant":
         from kbflow.stores.factory import store_uri
-        from kbflow.stores.lancedb_store import set_aside_unreadable_versions
+        from kbflow.stores.lancedb_store import set_aside_unreadable_versions, table_name_for
 
-        moved_versions = set_aside_unreadable_versions(store_uri(config), f"chunks_{store_namespace}")
+        moved_versions = set_aside_unreadable_versions(store_uri(config), table_name_for(store_namespace))
         return (f"damaged newest versions moved aside: {', '.join(moved_versions)}" if moved_versions
                 else "no damaged version found to move aside")
     from kbflow.stores.qdrant_store import set_aside_damaged

@@ -96,6 +96,11 @@ def _version_of(manifest: Path) -> int:
     return _INVERTED - number if number > 2**63 else number
 
 
+def table_name_for(namespace: str) -> str:
+    """The LanceDB table holding a store namespace's chunks."""
+    return f"chunks_{namespace}"
+
+
 def set_aside_unreadable_versions(db_uri: str, table_name: str) -> list[str]:
     """A local table that cannot even be opened because its newest version's manifest is damaged (cut short,
     scrambled): that manifest is renamed out of the way (``.set-aside``, never deleted), and the next newest tried,
@@ -221,7 +226,7 @@ class LanceStore:
         self.uri = str(uri)
         self.namespace = namespace
         self.dimension = dimension
-        self.table_name = f"chunks_{namespace}"
+        self.table_name = table_name_for(namespace)
         self.vector_index_min_rows = vector_index_min_rows
         self.vector_index_type = vector_index_type
         self.ann_nprobes = ann_nprobes
