@@ -20,7 +20,7 @@ from kbflow.sources.text import TEXT  # noqa: E402
 from kbflow.engine.ingest import IngestJob  # noqa: E402
 from kbflow.engine.reembed import reembed as run_engine_reembed  # noqa: E402
 from kbflow.engine.store_check import stored_ids  # noqa: E402
-from kbflow.errors import ConfigError  # noqa: E402
+from kbflow.errors import ConfigError, StateDamaged  # noqa: E402
 from kbflow.graph.store import GraphStore  # noqa: E402
 from kbflow.orchestrate import as_flow_run, ingest_sources, orchestration, run_ingest  # noqa: E402
 from kbflow.resolve import resolve_config  # noqa: E402
@@ -35,10 +35,11 @@ from kbflow.state.files import damaged  # noqa: E402
 from kbflow.state.lock import describe_lock, namespace_lock  # noqa: E402
 from kbflow.state.manifest import NamespaceState, live_store_namespace  # noqa: E402
 from kbflow.stores import Hit, SearchFilter, open_store  # noqa: E402
-from kbflow.stores.errors import store_errors  # noqa: E402
+from kbflow.stores.errors import one_line_errors, store_errors  # noqa: E402
 from kbflow.stores.factory import store_uri  # noqa: E402
 
 
+@one_line_errors
 def ingest(sources: Sequence[str | Path] | None, namespace: str | None = None, config: KbConfig | str | Path | None = None,
            data_dir: str | Path | None = None, dry_run: bool = False, force: bool = False,
            allow_mass_delete: bool = False) -> dict:
@@ -54,6 +55,7 @@ def ingest(sources: Sequence[str | Path] | None, namespace: str | None = None, c
                                              dry_run=dry_run, force=force, allow_mass_delete=allow_mass_delete))
 
 
+@one_line_errors
 def add_document(path: str | Path, namespace: str | None = None, config: KbConfig | str | Path | None = None,
                  data_dir: str | Path | None = None, force: bool = False, roots: tuple[str, ...] = ()) -> dict:
     """Add (or update) one file, or a folder's files, without touching the namespace's other documents (``ingest``
@@ -73,6 +75,7 @@ def _exists(source: str) -> bool:
     return kind.name != "local" or Path(kind.normalise(source)).expanduser().exists()
 
 
+@one_line_errors
 def add_upload(name: str, data: bytes, namespace: str | None = None, config: KbConfig | str | Path | None = None,
                data_dir: str | Path | None = None, page_url: str | None = None) -> dict:
     """Add (or replace, same name) a document sent inline: ``data`` is the file's bytes, ``name`` its file name
@@ -95,6 +98,7 @@ def add_upload(name: str, data: bytes, namespace: str | None = None, config: KbC
                                      uploads=[{"source_path": source_path, "path": str(target)}]))
 
 
+@one_line_errors
 def add_text(text: str, doc_id: str, namespace: str | None = None, config: KbConfig | str | Path | None = None,
              data_dir: str | Path | None = None) -> dict:
     """Add (or replace) one text as a document with a caller-chosen id."""
@@ -108,6 +112,7 @@ def add_text(text: str, doc_id: str, namespace: str | None = None, config: KbCon
     return run_ingest(cfg, IngestJob([], namespace, [{"doc_id": doc_id, "text": text}]))
 
 
+@one_line_errors
 def reembed(namespace: str, model: str, config: KbConfig | str | Path | None = None,
             data_dir: str | Path | None = None, eval_beir: str | Path | None = None,
             max_ndcg_drop: float = 0.0) -> dict:
@@ -123,6 +128,7 @@ def reembed(namespace: str, model: str, config: KbConfig | str | Path | None = N
                                              max_ndcg_drop=max_ndcg_drop, config=cfg))
 
 
+@one_line_errors
 def search(query: str, namespace: str | None = None, limit: int | None = None, min_score: float | None = None,
            config: KbConfig | str | Path | None = None, data_dir: str | Path | None = None, mode: str | None = None,
            where: SearchFilter | None = None, expand: str | None = None) -> list[Hit]:
@@ -130,9 +136,13 @@ def search(query: str, namespace: str | None = None, limit: int | None = None, m
     kbflow.search.searcher); hits under ``min_score`` are dropped. Opens the namespace for this one call: use
     ``kbflow.KnowledgeBase`` or ``Searcher`` for many queries."""
     cfg = resolve_config(config, data_dir)
-    return Searcher(cfg, namespace).search(query, mode, limit, min_score, where, expand)
+    searcher = Searcher(cfg, namespace)
+    if searcher.store is None:  # nothing recorded: a new namespace, or one whose state was lost beside its store
+        _refuse_lost_state(cfg, searcher.state)
+    return searcher.search(query, mode, limit, min_score, where, expand)
 
 
+@one_line_errors
 def ask(question: str, namespace: str | None = None, config: KbConfig | str | Path | None = None,
         data_dir: str | Path | None = None, mode: str | None = None, where: SearchFilter | None = None,
         expand: str | None = None, on_token=None, agentic: bool = False) -> dict:
@@ -145,6 +155,7 @@ def ask(question: str, namespace: str | None = None, config: KbConfig | str | Pa
                         on_token=on_token, agentic=agentic)
 
 
+@one_line_errors
 def stats(namespace: str | None = None, config: KbConfig | str | Path | None = None,
           data_dir: str | Path | None = None) -> dict:
     """Documents, chunks, model, dimension, store size and last run of one namespace."""
@@ -152,6 +163,8 @@ def stats(namespace: str | None = None, config: KbConfig | str | Path | None = N
     namespace = check_namespace(namespace or cfg.namespace)
     state = NamespaceState(cfg.data_dir, namespace)
     meta = state.meta() or {}
+    if not meta:
+        _refuse_lost_state(cfg, state)
     manifest = state.read_manifest()
     dimension = meta.get("dimension")
     store = open_store(cfg, state.store_namespace(), dimension) if dimension else None
@@ -172,6 +185,7 @@ def stats(namespace: str | None = None, config: KbConfig | str | Path | None = N
     }
 
 
+@one_line_errors
 def namespaces(config: KbConfig | str | Path | None = None, data_dir: str | Path | None = None) -> list[dict]:
     """Every namespace of the data dir with its documents, chunks, model and last run (``kbflow namespaces``)."""
     from kbflow.state.manifest import namespaces as names
@@ -180,6 +194,7 @@ def namespaces(config: KbConfig | str | Path | None = None, data_dir: str | Path
     return [stats(name, cfg) for name in names(cfg.data_dir)]
 
 
+@one_line_errors
 def require_namespace(namespace: str | None, config: KbConfig | str | Path | None = None,
                       data_dir: str | Path | None = None) -> str:
     """``namespace`` (or the config's) if it exists in the data dir; else an error that lists the ones that do
@@ -188,7 +203,9 @@ def require_namespace(namespace: str | None, config: KbConfig | str | Path | Non
 
     cfg = resolve_config(config, data_dir)
     name = check_namespace(namespace or cfg.namespace)
-    if NamespaceState(cfg.data_dir, name).meta() is None:
+    state = NamespaceState(cfg.data_dir, name)
+    if state.meta() is None:
+        _refuse_lost_state(cfg, state)
         known = names(cfg.data_dir)
         raise UnknownNamespace(f"namespace {name!r} does not exist in data dir {str(cfg.data_dir)!r} (known: "
                                f"{', '.join(known) if known else 'none'}); ingest into it first (`kbflow ingest PATH "
@@ -196,6 +213,17 @@ def require_namespace(namespace: str | None, config: KbConfig | str | Path | Non
     return name
 
 
+def _refuse_lost_state(cfg: KbConfig, state: NamespaceState) -> None:
+    """StateDamaged when a namespace without a model record still has a store table with chunks: its state was
+    lost, and answering "does not exist" or "0 documents" would hide it."""
+    from kbflow.verify import state_lost
+
+    lost = state_lost(cfg, state)
+    if lost:
+        raise StateDamaged(lost, str(state.root), state.namespace)
+
+
+@one_line_errors
 def clear(namespace: str, config: KbConfig | str | Path | None = None, data_dir: str | Path | None = None) -> dict:
     """Empty one namespace: its store table, the tables of its earlier models that a reembed left for
     ``kbflow prune`` (left behind, a later ingest of the namespace would write into the first model's table and serve
@@ -221,10 +249,12 @@ def clear(namespace: str, config: KbConfig | str | Path | None = None, data_dir:
     return {"namespace": namespace, "chunks_removed": removed, "superseded_removed": superseded}
 
 
+@one_line_errors
 def verify(namespace: str | None = None, config: KbConfig | str | Path | None = None,
            data_dir: str | Path | None = None, repair: bool = False) -> dict:
     """Check manifest ↔ store ↔ vector cache of one namespace; ``repair`` deletes what is wrong and forgets the
     affected documents (under the namespace lock) so the next ingest re-runs them."""
+    from kbflow.state import layout
     from kbflow.verify import verify as run_verify
 
     cfg = resolve_config(config, data_dir)
@@ -238,9 +268,17 @@ def verify(namespace: str | None = None, config: KbConfig | str | Path | None = 
             report["ok"] = False
         return report
     # a data dir that cannot be written is one error naming the path, as for an ingest
-    with store_errors(f"repairing namespace {namespace!r} in data dir {str(cfg.data_dir)!r}"), \
-            namespace_lock(root, namespace, cfg.flow.lock_wait_s):  # takes over a stale lock, waits for a live one
-        report = run_verify(cfg, namespace, repair=True).to_dict()
+    with store_errors(f"repairing namespace {namespace!r} in data dir {str(cfg.data_dir)!r}"):
+        # a file where the state folder belongs is moved aside first: the lock is taken inside that folder
+        moved = [layout.heal(damage) for damage in layout.misplaced(cfg.data_dir, namespace)
+                 if damage.path in (root, root.parent)]
+        with namespace_lock(root, namespace, cfg.flow.lock_wait_s):  # takes over a stale lock, waits for a live one
+            report = run_verify(cfg, namespace, repair=True).to_dict()
+    if moved:
+        repaired = report["repaired"] or {}
+        repaired["namespace.json"] = "; ".join(moved + ([repaired["namespace.json"]] if "namespace.json" in repaired
+                                                        else []))
+        report["repaired"] = repaired
     if lock_note:
         report["repaired"] = {**(report["repaired"] or {}), "ingest.lock": f"taken over ({lock_note.split(':')[0]})"}
     return report

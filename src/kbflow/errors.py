@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextvars import ContextVar
+
 
 class KbflowError(Exception):
     """Base of every error kbflow raises on purpose. Messages quote the bad value and name the fix."""
@@ -55,6 +57,26 @@ class EmbeddingError(PermanentError):
 
 class ModelMismatchError(PermanentError):
     """A namespace was created with one embedding model and is used with another."""
+
+
+class StateDamaged(PermanentError):
+    """A state file, a folder of the data dir or a store table is there but cannot be read; the message names it and
+    the command that heals it (``kbflow verify --repair``)."""
+
+    def __init__(self, message: str, path: str = "", namespace: str = ""):
+        super().__init__(message)
+        self.path = path
+        self.namespace = namespace
+
+
+class AccessDenied(PermanentError):
+    """A file or folder kbflow must read or write is not accessible to this user; the message names it and the
+    command that gives it back."""
+
+
+# the local data dir the current call works in (set where a config is resolved): an AccessDenied whose library
+# error named no path names the first unreadable one under it
+DATA_DIR_IN_USE: ContextVar[str | None] = ContextVar("kbflow_data_dir_in_use", default=None)
 
 
 class DeletionGuardError(PermanentError):

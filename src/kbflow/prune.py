@@ -8,8 +8,8 @@ given age; a namespace's table is optimized under its namespace lock, so never u
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
-
 
 from kbflow.state import housekeeping
 from kbflow.config import KbConfig, check_namespace
@@ -18,6 +18,8 @@ from kbflow.state.manifest import NamespaceState
 from kbflow.engine.reembed import remove_superseded
 from kbflow.graph.llm_extract import FACT_TABLE_RE
 from kbflow import storage
+from kbflow.errors import StateDamaged
+from kbflow.stores.errors import damage_reason, one_line_errors, refuse_denied
 from kbflow.stores.factory import store_uri
 
 
@@ -42,6 +44,19 @@ def _table_names(db) -> set[str]:
             return names
 
 
+def _optimize_named(db, name: str, older_than: timedelta, namespace: str | None) -> dict:
+    """``_optimize`` of table ``name``; a table whose files are damaged is StateDamaged naming the repair (a
+    compaction reads every version it keeps)."""
+    try:
+        return _optimize(db.open_table(name), older_than)
+    except (RuntimeError, ValueError, OSError) as exc:
+        refuse_denied(exc, within=os.path.join(db.uri, f"{name}.lance"))
+        reason = damage_reason(exc) or " ".join(str(exc).split())[:200]
+        where = (f"--namespace {namespace}" if namespace else "--namespace <a namespace of that model>")
+        raise StateDamaged(f"table {name!r} cannot be compacted ({reason}); run `kbflow verify --repair {where}`, "
+                           "then `kbflow prune` again") from exc
+
+
 def _optimize(table, older_than: timedelta) -> dict:
     before = len(table.list_versions())
     # optimize removes old versions before it folds unindexed rows into the indexes, which commits one more
@@ -52,6 +67,7 @@ def _optimize(table, older_than: timedelta) -> dict:
     return {"versions_before": before, "versions_after": len(table.list_versions())}
 
 
+@one_line_errors
 def prune(config: KbConfig, keep_runs: int, namespaces: list[str] | None = None,
           versions_older_than: timedelta = timedelta(hours=1), result_days: float | None = None) -> dict:
     """Prune run folders to the newest ``keep_runs`` per namespace, result files older than ``result_days``
@@ -66,6 +82,7 @@ def prune(config: KbConfig, keep_runs: int, namespaces: list[str] | None = None,
     tables = _table_names(db) if db is not None else set()
     for namespace in _namespaces(config, namespaces):
         state = NamespaceState(data_dir, namespace)
+        state.check_files()  # a file where its runs folder belongs: named with the repair, before anything is removed
         with namespace_lock(state.root, namespace):
             report["runs_removed"][namespace] = housekeeping.prune_runs(data_dir / "runs" / namespace, keep_runs)
             superseded = remove_superseded(config, namespace)  # tables a `kbflow reembed` switched away from
@@ -73,17 +90,17 @@ def prune(config: KbConfig, keep_runs: int, namespaces: list[str] | None = None,
                 report.setdefault("superseded_removed", {})[namespace] = superseded
             table_name = f"chunks_{state.store_namespace()}"
             if db is not None and config.store.kind == "lancedb" and table_name in tables:
-                report["tables"][table_name] = _optimize(db.open_table(table_name), versions_older_than)
+                report["tables"][table_name] = _optimize_named(db, table_name, versions_older_than, namespace)
             graph_table = f"graph_{namespace}"  # the graph's edges (graph.enabled): replaced per document batch
             if db is not None and graph_table in tables:
-                report["tables"][graph_table] = _optimize(db.open_table(graph_table), versions_older_than)
+                report["tables"][graph_table] = _optimize_named(db, graph_table, versions_older_than, namespace)
         if not storage.is_remote(state.root) and state.root.is_dir() and not any(state.root.iterdir()):  # the lock made the folder; a namespace never ingested keeps no trace
             state.root.rmdir()
     # the vector caches and the LLM fact caches (graph.llm_extract): append-only, shared by namespaces (a namespace
     # named facts_… has its graph table compacted above, under its lock)
     for table_name in sorted(t for t in tables if t.startswith("vectors_") or FACT_TABLE_RE.fullmatch(t)):
         assert db is not None  # tables is empty without a database
-        report["tables"][table_name] = _optimize(db.open_table(table_name), versions_older_than)
+        report["tables"][table_name] = _optimize_named(db, table_name, versions_older_than, None)
     days = config.flow.cache_days if result_days is None else result_days
     report["results_removed"] = housekeeping.prune_results(data_dir / "prefect" / "results", days)
     report["bytes_after"] = storage.tree_bytes(data_dir)

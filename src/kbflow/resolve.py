@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kbflow.config import KbConfig, load_config
-from kbflow.errors import ConfigError
+from kbflow.errors import DATA_DIR_IN_USE, ConfigError
 from kbflow.extras import check_config
 from kbflow.urls import is_url
 
@@ -28,6 +28,8 @@ def resolve_config(config: KbConfig | str | Path | None, data_dir: str | Path | 
 def check_data_dir(config: KbConfig) -> None:
     """A data dir that exists must be a folder (one that does not is created by the first write)."""
     path = config.data_dir
+    if not is_url(str(path)):
+        DATA_DIR_IN_USE.set(str(path))  # where a permission error that names no path is looked for
     if not is_url(str(path)) and Path(path).exists() and not Path(path).is_dir():
         raise ConfigError(f"data dir {str(path)!r} is a file, not a folder: kbflow keeps its stores, state and run "
                           "snapshots in a folder; pass a folder (created if missing) with --data-dir or the config's "

@@ -15,6 +15,7 @@ import shutil
 import uuid
 from pathlib import Path
 
+from kbflow.errors import StateDamaged
 from kbflow.urls import is_url
 from kbflow.extras import require
 
@@ -59,6 +60,20 @@ def write_bytes_atomic(path, data: bytes, durable: bool = True) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def write_cache_entry(path, data: bytes) -> None:
+    """``write_bytes_atomic`` for a cache entry (a conversion, a chunk plan), without fsync. An entry that cannot be
+    written because something of the wrong kind stands in its place (a folder where it belongs, a file where its
+    folder does) costs the next run this work again, not this run its document: a warning names the path and the
+    repair."""
+    try:
+        write_bytes_atomic(path, data, durable=False)
+    except (IsADirectoryError, NotADirectoryError, FileExistsError) as exc:
+        import logging
+
+        logging.getLogger("kbflow").warning("cache entry %s not written (%s); `kbflow verify --repair` moves what "
+                                            "stands in its place aside", path, exc.strerror or exc)
+
+
 def remove_tree(path) -> None:
     """Remove a folder or every object under a prefix; nothing there is not an error."""
     if is_remote(path):
@@ -99,5 +114,10 @@ def lance_connect(uri: str | Path):
     uri = str(uri)
     if is_url(uri):
         return lancedb.connect(uri, storage_options=storage_options(uri))
-    Path(uri).mkdir(parents=True, exist_ok=True)
+    folder = Path(uri)
+    if folder.exists() and not folder.is_dir():
+        raise StateDamaged(f"{uri!r} is a file where the LanceDB folder (the store and the vector cache) belongs; run "
+                           "`kbflow verify --repair`: it moves the file aside, and the next `kbflow ingest` writes "
+                           "every document again", uri)
+    folder.mkdir(parents=True, exist_ok=True)
     return lancedb.connect(uri)

@@ -24,14 +24,16 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pyarrow as pa
 
+from kbflow.chunk.plans import PLAN_TYPES
 from kbflow.config import KbConfig
+from kbflow.convert.cache import ENTRY_TYPES
 from kbflow.embed import get_embedder
 from kbflow.embed.choice import for_namespace
 from kbflow.stores.vector_cache import VectorCache
 from kbflow.errors import ConfigError
 from kbflow.sources import origin_of
 from kbflow.graph.store import GraphStore
-from kbflow.state import heal
+from kbflow.state import heal, layout
 from kbflow.state.files import StateDamaged, repair_command
 from kbflow.state.manifest import NamespaceState, store_namespace_for
 from kbflow.schemas import MANIFEST
@@ -74,15 +76,26 @@ def verify(config: KbConfig, namespace: str, repair: bool = False) -> Report:
     state = NamespaceState(config.data_dir, namespace)
     findings: list[Finding] = []
     healed: dict = {}
+    misplaced = layout.misplaced(config.data_dir, namespace)  # a file where a folder belongs: read nothing below it
+    for damage in misplaced:
+        findings.append(Finding(damage.check, f"{damage.path}: {damage.reason}; {repair_command(namespace)} moves it "
+                                              "aside (renamed, not deleted)"))
+        if repair:
+            _note(healed, damage.check, layout.heal(damage))
+    if misplaced and not repair:
+        return Report(namespace, "", dict(EMPTY_COUNTS), findings)
     try:
         meta = state.meta()
+        lost = None if meta is not None else state_lost(config, state)
     except StateDamaged as exc:
-        findings.append(Finding("namespace.json", str(exc)))
+        meta, lost = None, str(exc)
+    if lost:
+        findings.append(Finding("namespace.json", lost))
         if not repair:
             return Report(namespace, "", dict(EMPTY_COUNTS), findings)
         moved = heal.set_aside(state.meta_path)
         meta = rewrite_meta(config, state)
-        healed["namespace.json"] = f"{moved}rewritten: {meta['model_id']} (dim {meta['dimension']})"
+        _note(healed, "namespace.json", f"{moved}rewritten: {meta['model_id']} (dim {meta['dimension']})")
     if meta is None:
         raise ConfigError(f"namespace {namespace!r} does not exist under {config.data_dir}; nothing to verify")
     model_id, dimension = meta["model_id"], meta["dimension"]
@@ -128,6 +141,8 @@ def verify(config: KbConfig, namespace: str, repair: bool = False) -> Report:
             healed["store"] = f"{set_aside}; {heal.store_table(store)}"
         else:
             healed["store"] = heal.store_table(store)
+        if store.index_damage():  # the restored version's index files may be among those moved aside
+            damaged.add("index")
     if "index" in damaged and store is not None:
         healed["index"] = f"rebuilt: {store.rebuild_indexes()}"
     if "vector-cache" in damaged:
@@ -173,7 +188,12 @@ def verify(config: KbConfig, namespace: str, repair: bool = False) -> Report:
         findings.append(Finding("orphans", "documents in the store that the manifest does not list", orphans))
     mismatched = sorted(doc_id for doc_id, row in listed.items()
                         if set(row["chunk_ids"]) != stored_by_doc.get(doc_id, set()))
-    if mismatched:
+    if mismatched and not rows.num_rows:  # the table or collection gone or emptied
+        findings.append(Finding("store", f"the store holds no chunks of this namespace while the manifest lists "
+                                         f"{len(mismatched)} documents; {repair_command(namespace)} forgets them, and "
+                                         "the next ingest writes them again (vectors from the vector cache where it "
+                                         "still holds them)", mismatched))
+    elif mismatched:
         findings.append(Finding("manifest", "manifest chunk ids differ from the stored ones", mismatched))
     other_model = sorted(doc_id for doc_id, row in listed.items() if row["model_id"] != model_id)
     if other_model:
@@ -208,10 +228,34 @@ def verify(config: KbConfig, namespace: str, repair: bool = False) -> Report:
                                                 f"{repair_command(namespace)} adds them back from the store"))
         if repair:
             healed["vector-cache"] = heal.vector_cache(cache, store)
+    for damage in (layout.damaged_cache_entries(layout.conversion_cache_dir(config.data_dir), "conversion-cache",
+                                                ENTRY_TYPES, ("markdown",)) +
+                   layout.damaged_cache_entries(state.plans_dir, "chunk-plans", PLAN_TYPES) +
+                   layout.damaged_snapshots(config.data_dir, namespace)):
+        findings.append(Finding(damage.check, f"{damage.path}: {damage.reason}"))
+        if repair:
+            _note(healed, damage.check, layout.heal(damage))
     report = Report(namespace, model_id, counts, findings)
     if repair and findings:
         report.repaired = {**_repair(state, store, cache, findings, disagree_keys, graph), **healed}
     return report
+
+
+def _note(healed: dict, check: str, done: str) -> None:
+    healed[check] = f"{healed[check]}; {done}" if check in healed else done
+
+
+def state_lost(config: KbConfig, state: NamespaceState) -> str | None:
+    """Why a namespace with no model record is not simply new: its store table holds chunks (its state folder was
+    deleted or emptied, a restore left it out); None when nothing of it is stored."""
+    dimension = get_embedder(for_namespace(config.embedder, None)).dimension
+    store = open_store(config, state.namespace, dimension)
+    if not store.present() or not store.count():
+        return None
+    return (f"the state of namespace {state.namespace!r} ({state.root}) is missing while its store holds "
+            f"{store.count()} chunks; run {repair_command(state.namespace)}: it writes the model record and the "
+            "manifest again from the store, and the next `kbflow ingest` re-checks every document (nothing is "
+            "embedded again)")
 
 
 def manifest_lost(state: NamespaceState, store) -> bool:

@@ -24,7 +24,12 @@ from pathlib import Path
 from kbflow.chunk.chunker import Chunk, ChunkJob, chunk_documents, prefix_line, trimmed_span
 from kbflow.chunk.counters import MemoCounter, count_key
 from kbflow.chunk.tokens import TokenCounter
-from kbflow.storage import location, write_bytes_atomic
+from kbflow.storage import location, write_cache_entry
+
+
+# each field of a plan file, and its type: a file with one of another type is a miss, never half trusted
+PLAN_TYPES: dict[str, type | tuple[type, ...]] = {"tokenizer": str, "sections": dict, "counts": dict,
+                                                  "splits": dict, "words_version": str, "words": dict}
 
 
 class PlanCache:
@@ -39,11 +44,13 @@ class PlanCache:
             plans = json.loads(self._path(doc_id).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return {}
-        return plans if isinstance(plans, dict) else {}
+        if not isinstance(plans, dict) or any(key in plans and not isinstance(plans[key], kind)
+                                              for key, kind in PLAN_TYPES.items()):
+            return {}
+        return plans
 
     def save(self, doc_id: str, plans: dict[str, dict]) -> None:
-        write_bytes_atomic(self._path(doc_id), json.dumps(plans, ensure_ascii=False, separators=(",", ":")).encode(),
-                           durable=False)
+        write_cache_entry(self._path(doc_id), json.dumps(plans, ensure_ascii=False, separators=(",", ":")).encode())
 
     def forget(self, doc_ids: list[str]) -> None:
         for doc_id in doc_ids:

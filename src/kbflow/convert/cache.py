@@ -13,9 +13,10 @@ import json
 from pathlib import Path
 
 from kbflow.convert.scan import SourceFile
-from kbflow.storage import location, write_bytes_atomic
+from kbflow.storage import location, write_cache_entry
 
 CACHED_FIELDS = ("converter", "markdown", "encoding")
+ENTRY_TYPES: dict[str, type | tuple[type, ...]] = {"converter": str, "markdown": str, "encoding": (str, type(None))}
 
 
 class ConversionCache:
@@ -33,15 +34,17 @@ class ConversionCache:
             cached = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
+        if not isinstance(cached, dict) or not isinstance(cached.get("markdown"), str) or \
+                any(key in cached and not isinstance(cached[key], kind) for key, kind in ENTRY_TYPES.items()):
+            return None  # damaged into another shape: a miss (`kbflow verify` names it)
         return {"doc_id": source.doc_id, "source_path": source.source_path, "abs_path": source.abs_path,
                 "source_sha256": source.source_sha256, "size": source.size, "mtime": source.mtime,
                 "mime": source.mime, "status": "ok", "error": None, **{k: cached.get(k) for k in CACHED_FIELDS}}
 
     def put(self, source_sha256: str, fingerprint: str, row: dict) -> None:
         """Store a success under the hash of the bytes that were converted (not the scan's, which may be older)."""
-        write_bytes_atomic(self._path(source_sha256, fingerprint),
-                           json.dumps({k: row[k] for k in CACHED_FIELDS}, ensure_ascii=False).encode("utf-8"),
-                           durable=False)
+        write_cache_entry(self._path(source_sha256, fingerprint),
+                          json.dumps({k: row[k] for k in CACHED_FIELDS}, ensure_ascii=False).encode("utf-8"))
 
     def forget(self, source_sha256: str, fingerprint: str) -> None:
         """Remove an entry (one the secret scan now refuses must not stay on disk)."""

@@ -19,8 +19,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kbflow.state import heal
-from kbflow.state.files import StateDamaged, store_unreadable
-from kbflow.stores.errors import damage_reason
+from kbflow.errors import KbflowError
+from kbflow.state.files import store_unreadable
+from kbflow.stores.errors import damage_reason, refuse_denied
 
 log = logging.getLogger("kbflow.engine")
 
@@ -29,9 +30,10 @@ def stored_ids(store, namespace: str) -> pa.Table:
     """The store's chunk and document ids; an unreadable store is StateDamaged with the fix."""
     try:
         return store.chunk_ids()
-    except StateDamaged:
+    except KbflowError:
         raise
     except Exception as exc:  # the store's own error for a missing or torn file: its text is the only detail
+        refuse_denied(exc)
         raise store_unreadable(namespace, damage_reason(exc) or str(exc).strip()[:300] or type(exc).__name__) \
             from exc
 

@@ -101,7 +101,7 @@ class Searcher:
             return None if self._copy() is not None else ("read", time.monotonic_ns())
         try:
             found = os.stat(self.state.meta_path)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # a file where the state folder belongs reads as damage below
             return ("absent",)
         return (found.st_ino, found.st_mtime_ns, found.st_size)
 

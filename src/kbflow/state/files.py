@@ -19,22 +19,15 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kbflow.errors import PermanentError
+from kbflow.errors import StateDamaged
 from kbflow.storage import location
+
+__all__ = ["StateDamaged", "damaged", "read_json", "read_parquet", "repair_command", "store_unreadable"]
 
 # what a reader needs in namespace.json; without them the namespace's model is unknown
 LOCK_NAME = "ingest.lock"  # the namespace's one-writer lock, in its state folder (kbflow.state.lock)
 
 META_KEYS = ("model_id", "dimension")
-
-
-class StateDamaged(PermanentError):
-    """A state file (or a table) of a namespace is there but cannot be read; the message names it and the fix."""
-
-    def __init__(self, message: str, path: str = "", namespace: str = ""):
-        super().__init__(message)
-        self.path = path
-        self.namespace = namespace
 
 
 def repair_command(namespace: str) -> str:

@@ -32,6 +32,9 @@ def store_table(store) -> str:
     if restored is None:
         store.clear()
         return "emptied: no earlier version of the table reads whole; the next ingest writes every document again"
+    if restored.get("current"):
+        return (f"reads whole at its newest version {restored['version']} ({restored['rows']} chunks) once the "
+                "damaged files were moved aside")
     return (f"restored to version {restored['version']} ({restored['rows']} chunks); documents written after it "
             "are re-run by the next ingest")
 
@@ -41,10 +44,10 @@ def set_aside_store(config: KbConfig, store_namespace: str) -> str:
     damaged collections, are moved aside (renamed, not deleted) so it opens again."""
     if config.store.kind != "qdrant":
         from kbflow.stores.factory import store_uri
-        from kbflow.stores.lancedb_store import set_aside_unreadable_versions, table_name_for
+        from kbflow.stores.lancedb_store import set_aside_damage, table_name_for
 
-        moved_versions = set_aside_unreadable_versions(store_uri(config), table_name_for(store_namespace))
-        return (f"damaged newest versions moved aside: {', '.join(moved_versions)}" if moved_versions
+        moved = set_aside_damage(store_uri(config), table_name_for(store_namespace))
+        return (f"moved aside (renamed, not deleted): {', '.join(moved)}" if moved
                 else "no damaged version found to move aside")
     from kbflow.stores.qdrant_store import set_aside_damaged
 
@@ -61,6 +64,8 @@ def vector_cache(cache, store=None) -> str:
     if restored is None:
         cache.clear()
         done = "emptied"
+    elif restored.get("current"):
+        done = f"reads whole ({restored['rows']} vectors)"
     else:
         done = f"restored to version {restored['version']} ({restored['rows']} vectors)"
     if store is None:

@@ -15,7 +15,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from kbflow.state.files import LOCK_NAME
+from kbflow.state.files import LOCK_NAME, damaged
 from kbflow import progress
 from kbflow.state.holders import NamespaceLocked, died_here, held_by, pid_of
 from kbflow.state.object_lock import ObjectLock
@@ -51,6 +51,9 @@ class NamespaceLock:
         """Take the lock, or raise NamespaceLocked at once naming the holder (``namespace_lock`` waits and asks
         again). A lock whose holder is provably gone is taken over: its process died on this host, its record
         stayed empty past ``EMPTY_RECORD_S``, or it is an empty folder (kbflow never makes one)."""
+        for folder in (self.path.parent.parent, self.path.parent):
+            if folder.exists() and not folder.is_dir():
+                raise damaged(folder, self.namespace, "a file stands where this folder belongs")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         owner = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
         for _ in range(2):

@@ -43,6 +43,8 @@ class NamespaceState:
     def meta(self) -> dict | None:
         """The namespace's model record; None before its first ingest; StateDamaged when unreadable or of the wrong
         shape (every reader relies on a model id that is text and a dimension that is a whole number)."""
+        if self.root.exists() and not self.root.is_dir():
+            raise damaged(self.root, self.namespace, "a file stands where the namespace's state folder belongs")
         meta = read_json(self.meta_path, self.namespace, META_KEYS)
         if meta is None:
             if self.manifest_path.exists() or self.last_run_path.exists():  # written only after namespace.json
@@ -63,8 +65,13 @@ class NamespaceState:
         return meta
 
     def check_files(self) -> None:
-        """StateDamaged for a folder standing where a state file belongs: a write would fail at its end, after its
-        work, when it records its state there; refused before it starts instead, naming the repair."""
+        """StateDamaged for a folder standing where a state file belongs, or a file where one of the namespace's
+        folders does: a write would fail at its end, after its work, when it records its state there; refused
+        before it starts instead, naming the repair."""
+        from kbflow.state.layout import misplaced
+
+        for damage in misplaced(self.root.parent.parent, self.namespace):
+            raise damaged(damage.path, self.namespace, damage.reason)
         for path in (self.meta_path, self.manifest_path, self.last_run_path):
             if path.is_dir():
                 raise damaged(path, self.namespace, "it is a folder")

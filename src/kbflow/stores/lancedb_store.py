@@ -48,8 +48,9 @@ from kbflow.errors import ConfigError
 from kbflow.schemas import store_schema
 from kbflow import storage
 from kbflow.state.files import store_unreadable
+from kbflow.state.layout import set_aside
 from kbflow.stores.base import Hit, SearchFilter
-from kbflow.stores.errors import damage_reason
+from kbflow.stores.errors import damage_reason, refuse_denied
 from kbflow.stores.exact import ExactCopy, version_key
 
 if TYPE_CHECKING:
@@ -101,6 +102,88 @@ def table_name_for(namespace: str) -> str:
     return f"chunks_{namespace}"
 
 
+TABLE_FOLDERS = ("", "_versions", "data", "_indices", "_transactions", "_deletions")
+
+
+def misplaced_folders(db_uri: str, table_name: str) -> list[Path]:
+    """Files standing where a local table's folders belong (a bad restore, someone's redirect): LanceDB cannot open
+    or write the table until they are moved."""
+    where = storage.location(db_uri)
+    if storage.is_remote(where):
+        return []
+    table = Path(where) / f"{table_name}.lance"
+    return [path for path in (table / sub if sub else table for sub in TABLE_FOLDERS)
+            if path.exists() and not path.is_dir()]
+
+
+def check_folders(db_uri: str, table_name: str) -> None:
+    """Returns when the table's folders are folders (or absent); else raises ``TableMisplaced`` naming the first
+    file standing where one belongs."""
+    misplaced = misplaced_folders(db_uri, table_name)
+    if misplaced:
+        raise TableMisplaced(f"{misplaced[0]} is a file where a folder of the table belongs")
+
+
+class TableMisplaced(Exception):
+    """A local table's folder is a file (raised here, reported by the caller as the damage of its store or cache)."""
+
+
+def set_aside_damage(db_uri: str, table_name: str) -> list[str]:
+    """A local table that cannot be opened made openable again without deleting anything: files standing where
+    its folders belong, then damaged newest version manifests, are moved aside. The names moved."""
+    moved = [set_aside(path).name for path in misplaced_folders(db_uri, table_name)]
+    moved += set_aside_unreadable_versions(db_uri, table_name)
+    return moved + set_aside_unreadable_older_versions(db_uri, table_name)
+
+
+def _whole_manifest(manifest: Path) -> bool:
+    """Whether a version manifest ends as a whole one does: Lance files end in the magic bytes ``LANC``."""
+    try:
+        with open(manifest, "rb") as handle:
+            handle.seek(0, 2)
+            if handle.tell() < 16:
+                return False
+            handle.seek(-4, 2)
+            return handle.read(4) == b"LANC"
+    except PermissionError:  # not damage: the caller's error names the path and the fix
+        raise
+    except OSError:
+        return False
+
+
+def set_aside_unreadable_older_versions(db_uri: str, table_name: str) -> list[str]:
+    """Earlier versions whose manifests are damaged (a table that opens at its newest version still cannot list
+    its versions, be restored or be compacted) are moved aside (``.set-aside``, never deleted)."""
+    import lancedb
+
+    folder = Path(db_uri) / f"{table_name}.lance" / "_versions"
+    if storage.is_remote(storage.location(db_uri)) or not folder.is_dir():
+        return []
+    try:
+        table = lancedb.connect(db_uri).open_table(table_name)
+    except Exception as exc:  # noqa: BLE001 - it does not open at all: not a matter of its earlier versions
+        refuse_denied(exc)
+        return []
+    try:
+        table.list_versions()
+        return []
+    except Exception as exc:  # noqa: BLE001 - a damaged manifest is found below, one version at a time
+        refuse_denied(exc)
+        pass
+    moved = []
+    for manifest in sorted(folder.glob("*.manifest"), key=_version_of):
+        try:
+            if not _whole_manifest(manifest):
+                raise ValueError("cut short")  # LanceDB's reader panics on some of these (and prints its backtrace)
+            table.checkout(_version_of(manifest))
+        except Exception as exc:  # noqa: BLE001 - any failure to open that version is what this is for
+            refuse_denied(exc)
+            manifest.rename(manifest.with_name(manifest.name + ".set-aside"))
+            moved.append(manifest.name)
+    table.checkout_latest()
+    return moved
+
+
 def set_aside_unreadable_versions(db_uri: str, table_name: str) -> list[str]:
     """A local table that cannot even be opened because its newest version's manifest is damaged (cut short,
     scrambled): that manifest is renamed out of the way (``.set-aside``, never deleted), and the next newest tried,
@@ -117,7 +200,8 @@ def set_aside_unreadable_versions(db_uri: str, table_name: str) -> list[str]:
             table = lancedb.connect(db_uri).open_table(table_name)
             table.count_rows()
             return moved
-        except Exception:  # noqa: BLE001 - any failure to open is what this is for; it stops when one version opens
+        except Exception as exc:  # noqa: BLE001 - any failure to open is what this is for; it stops when one version opens
+            refuse_denied(exc)
             manifests = sorted(folder.glob("*.manifest"), key=_version_of, reverse=True)
             if len(manifests) <= 1:
                 return moved  # nothing older to open: restore_readable or clear takes it from here
@@ -134,14 +218,24 @@ def unreadable_reason(table, columns: list[str]) -> str | None:
     try:
         table.search().select(columns).limit(None).to_arrow()
     except Exception as exc:  # LanceDB reports a missing or torn file as a plain error with the path in its text
+        refuse_denied(exc)
         return f"table {table.name!r} cannot be read: {damage_reason(exc) or str(exc).strip()[:300]}"
+    try:  # its earlier versions, which a restore and a compaction (`kbflow prune`) read
+        table.list_versions()
+    except Exception as exc:  # noqa: BLE001 - reported with its reason
+        refuse_denied(exc)
+        return (f"an earlier version of table {table.name!r} cannot be read: "
+                f"{damage_reason(exc) or str(exc).strip()[:300]}")
     return None
 
 
 def restore_readable(table, columns: list[str]) -> dict | None:
     """Make the newest version of a LanceDB table whose ``columns`` read in full its current version (LanceDB keeps
-    a table's earlier versions until they are cleaned up); None when none does."""
+    a table's earlier versions until they are cleaned up): the current one itself when it reads whole (``current``:
+    True), else an earlier one; None when none does."""
     latest = table.version
+    if unreadable_reason(table, columns) is None:
+        return {"version": latest, "rows": table.count_rows(), "current": True}
     versions = sorted((v["version"] if isinstance(v, dict) else v.version for v in table.list_versions()),
                       reverse=True)
     for version in versions:
@@ -150,7 +244,8 @@ def restore_readable(table, columns: list[str]) -> dict | None:
         try:
             table.checkout(version)
             readable = unreadable_reason(table, columns) is None
-        except Exception:  # that version's own files are gone too
+        except Exception as exc:  # that version's own files are gone too
+            refuse_denied(exc)
             readable = False
         if readable:
             table.restore()  # a new newest version holding that version's rows
@@ -253,10 +348,12 @@ class LanceStore:
     def table(self):
         if self._table is None:
             try:
+                check_folders(self.uri, self.table_name)
                 self._table = self._db.create_table(self.table_name, schema=store_schema(self.dimension),
                                                     exist_ok=True)
             except Exception as exc:  # a table that cannot be opened at all: its newest manifest is damaged
-                reason = damage_reason(exc)
+                refuse_denied(exc)
+                reason = str(exc) if isinstance(exc, TableMisplaced) else damage_reason(exc)
                 if reason is None:
                     raise
                 raise store_unreadable(self.namespace, f"table {self.table_name} cannot be opened: {reason}") \
@@ -271,9 +368,11 @@ class LanceStore:
     def _opened_or_none(self):
         """The table opened, or None when it does not exist; StateDamaged when it exists and cannot be opened."""
         try:
+            check_folders(self.uri, self.table_name)
             return open_table_or_none(self._db, self.table_name)
         except Exception as exc:
-            reason = damage_reason(exc)
+            refuse_denied(exc)
+            reason = str(exc) if isinstance(exc, TableMisplaced) else damage_reason(exc)
             if reason is None:
                 raise
             raise store_unreadable(self.namespace, f"table {self.table_name} cannot be opened: {reason}") from exc
@@ -292,6 +391,7 @@ class LanceStore:
         try:
             yield
         except Exception as exc:
+            refuse_denied(exc)
             reason = damage_reason(exc)
             if reason is None:
                 raise
@@ -316,6 +416,7 @@ class LanceStore:
                 probe = np.ones(self.dimension, dtype=np.float32) / np.sqrt(self.dimension)
                 self.table.search(probe, vector_column_name="vector").limit(1).to_arrow()
         except Exception as exc:  # noqa: BLE001 - LanceDB raises many types; each is reported, with its reason
+            refuse_denied(exc)
             return damage_reason(exc) or f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
         return None
 
@@ -336,6 +437,8 @@ class LanceStore:
 
     def restore_readable(self) -> dict | None:
         """Restore the newest version of the table that reads whole ({version, rows}), or None when none does."""
+        self._table = None
+        set_aside_damage(self.uri, self.table_name)
         if not self.exists():
             return None
         restored = restore_readable(self.table, list(store_schema(self.dimension).names))

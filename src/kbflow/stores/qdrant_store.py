@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import atexit
 import fnmatch
+import errno
 import hashlib
 import os
 import uuid
@@ -35,6 +36,7 @@ from kbflow.extras import require
 from kbflow.schemas import store_schema
 from kbflow.state.files import store_unreadable
 from kbflow.stores.base import Hit, SearchFilter
+from kbflow.stores.errors import first_denied, refuse_denied
 
 if TYPE_CHECKING:
     from qdrant_client import QdrantClient
@@ -66,10 +68,12 @@ def _client(location: str, api_key_env: str):
         elif location.startswith(("http://", "https://")):
             _clients[location] = QdrantClient(url=location, api_key=os.environ.get(api_key_env) or None)
         else:
-            os.makedirs(location, exist_ok=True)
             try:
+                os.makedirs(location, exist_ok=True)
                 _clients[location] = QdrantClient(path=location)
             except Exception as exc:  # local mode opens every collection's SQLite file at once
+                refuse_denied(exc)
+                refuse_denied(first_denied(location))  # SQLite says only "unable to open database file"
                 raise LocalStoreDamaged(f"Qdrant local store {location!r}: {str(exc).strip()[:200]}") from exc
     return _clients[location]
 
@@ -82,22 +86,51 @@ def set_aside_damaged(location: str) -> list[str]:
     """Move each collection of a local-mode folder whose SQLite file fails its check aside (renamed, never deleted),
     so the folder opens again; returns the collections moved. A collection moved aside is recreated empty by the
     next write, and its documents come back from the vector cache."""
+    import json
     import sqlite3
     import time
 
-    moved = []
-    for folder in sorted(Path(location, "collection").glob("*")):
-        database = folder / "storage.sqlite"
-        if not database.is_file() or ".damaged-" in folder.name:
+    def aside(path: Path) -> None:
+        path.rename(path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%dT%H%M%S')}"))
+        moved.append(path.name)
+
+    moved: list[str] = []
+    root = Path(location)
+    lock = root / ".lock"
+    if lock.exists() and not lock.is_file():  # local mode's lock file, as a folder: it cannot open
+        aside(lock)
+    meta, collections = root / "meta.json", root / "collection"
+    try:  # the collections' settings: without them local mode knows no collection, so theirs go aside too
+        settings = json.loads(meta.read_text(encoding="utf-8")) if meta.exists() else {"collections": {}}
+        readable = isinstance(settings, dict) and isinstance(settings.get("collections"), dict)
+    except PermissionError:  # not damage: the error names the path and the fix
+        raise
+    except (OSError, ValueError):
+        readable = False
+    if not readable:
+        aside(meta)
+        if collections.exists():
+            aside(collections)
+    if collections.exists() and not collections.is_dir():
+        aside(collections)
+    for folder in sorted(collections.glob("*")) if collections.is_dir() else []:
+        if ".damaged-" in folder.name:
             continue
+        database = folder / "storage.sqlite"
+        if not folder.is_dir() or (database.exists() and not database.is_file()):
+            aside(folder)
+            continue
+        if not database.exists():
+            continue
+        if not os.access(database, os.R_OK) or not os.access(folder, os.R_OK | os.X_OK):
+            raise PermissionError(errno.EACCES, "Permission denied", str(database))
         try:
             with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as connection:
                 healthy = connection.execute("PRAGMA quick_check").fetchone()[0] == "ok"
         except sqlite3.DatabaseError:
             healthy = False
         if not healthy:
-            folder.rename(folder.with_name(f"{folder.name}.damaged-{time.strftime('%Y%m%dT%H%M%S')}"))
-            moved.append(folder.name)
+            aside(folder)
     return moved
 
 
@@ -162,6 +195,7 @@ class QdrantStore:
         try:
             sum(1 for _ in self._scroll(False, ["chunk_id", "doc_id"]))
         except Exception as exc:  # the client's own error, whatever the mode
+            refuse_denied(exc)
             return f"Qdrant collection {self.collection!r} cannot be read: {str(exc).strip()[:300]}"
         return None
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,11 @@ import pyarrow as pa
 
 from kbflow.schemas import vectors_schema
 from kbflow import storage
-from kbflow.stores.lancedb_store import delete_in, open_table_or_none, restore_readable, select_in, unreadable_reason
+from kbflow.errors import StateDamaged
+from kbflow.state.layout import set_aside
+from kbflow.stores.errors import damage_reason, refuse_denied
+from kbflow.stores.lancedb_store import (TableMisplaced, check_folders, delete_in, open_table_or_none,
+                                         restore_readable, select_in, set_aside_damage, unreadable_reason)
 
 _create_lock = threading.Lock()
 
@@ -42,12 +47,30 @@ class VectorCache:
         with _create_lock:
             if self._table is not None:
                 return
-            try:
-                self._table = self._db.create_table(self.table_name, schema=self.schema, exist_ok=True)
-            except Exception:  # created by another process in between: open what it made
-                self._table = open_table_or_none(self._db, self.table_name)
-                if self._table is None:
-                    raise
+            with self._opening():
+                try:
+                    self._table = self._db.create_table(self.table_name, schema=self.schema, exist_ok=True)
+                except Exception:  # created by another process in between: open what it made
+                    self._table = open_table_or_none(self._db, self.table_name)
+                    if self._table is None:
+                        raise
+
+    @contextmanager
+    def _opening(self):
+        """A cache table that cannot be opened (a damaged newest version, a file where one of its folders belongs)
+        is StateDamaged naming the repair, not LanceDB's traceback."""
+        try:
+            check_folders(self.uri, self.table_name)
+            yield
+        except Exception as exc:
+            refuse_denied(exc)
+            reason = str(exc) if isinstance(exc, TableMisplaced) else damage_reason(exc)
+            if reason is None:
+                raise
+            raise StateDamaged(f"the vector cache of {self.model_id} (table {self.table_name}) cannot be opened "
+                               f"({reason}); run `kbflow verify --repair` on a namespace of this model: it restores "
+                               "the cache's newest readable version and adds back the vectors the store holds "
+                               "(nothing stored is lost)") from exc
 
     @property
     def uri(self) -> str:
@@ -57,7 +80,8 @@ class VectorCache:
     def exists(self) -> bool:
         """Whether the cache table exists (opened on first ask; nothing is created)."""
         if self._table is None:
-            self._table = open_table_or_none(self._db, self.table_name)
+            with self._opening():
+                self._table = open_table_or_none(self._db, self.table_name)
         return self._table is not None
 
     def lookup(self, keys: list[str]) -> dict[str, np.ndarray]:
@@ -97,18 +121,30 @@ class VectorCache:
         return self.table.count_rows() if self.exists() else 0
 
     def unreadable(self) -> str | None:
-        """Why the cache cannot be read whole (a data file deleted or cut short), or None."""
-        return unreadable_reason(self.table, self.schema.names) if self.exists() else None
+        """Why the cache cannot be opened or read whole (a data file deleted or cut short), or None."""
+        try:
+            return unreadable_reason(self.table, self.schema.names) if self.exists() else None
+        except StateDamaged as exc:
+            return str(exc)
 
     def restore_readable(self) -> dict | None:
-        """Its newest version that reads whole made current ({version, rows}); None when none does."""
+        """Its newest version that reads whole made current ({version, rows}); None when none does. What keeps the
+        table from opening is moved aside first (never deleted)."""
+        self._table = None
+        set_aside_damage(self.uri, self.table_name)
         return restore_readable(self.table, self.schema.names) if self.exists() else None
 
     def clear(self) -> None:
         """Drop every cached vector (an unreadable cache that no earlier version mends): it fills again as texts are
         embedded."""
         with _create_lock:
-            if self.exists():
+            try:
+                present = self.exists()
+            except StateDamaged:  # no version of it opens: the whole table is moved aside, never deleted
+                table = storage.location(self.uri) / f"{self.table_name}.lance"
+                set_aside(table)
+                present = False
+            if present:
                 self._db.drop_table(self.table_name)
             self._table = None
         self.ensure_table()
