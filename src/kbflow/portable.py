@@ -2,7 +2,8 @@
 
 A model, a LanceDB connection or a Qdrant client cannot be pickled (locks, native handles); they are sent as
 the arguments that build them. A model is rebuilt once per worker process (it loads once, not per task);
-store connections are opened fresh for each task, since other processes write between tasks.
+store connections are opened fresh for each task, since other processes write between tasks, with every setting
+the config gave the store (its index and search settings, an ingest's deferred vector index).
 Registered through ``copyreg``, which pickle and cloudpickle both consult, so the classes stay untouched.
 """
 
@@ -46,20 +47,22 @@ def _reduce_vector_cache(cache):
     return _vector_cache, (cache.uri, cache.model_id, cache.dimension)
 
 
-def _lance_store(uri: str, namespace: str, dimension: int):
+def _lance_store(uri: str, namespace: str, dimension: int, settings: dict, defer_vector_index: bool):
     from kbflow.stores.lancedb_store import LanceStore
 
-    return LanceStore(uri, namespace, dimension)
+    store = LanceStore(uri, namespace, dimension, **settings)
+    store.defer_vector_index = defer_vector_index  # an ingest's batches leave the vector index to its end
+    return store
 
 
 def _reduce_lance_store(store):
-    return _lance_store, (store.uri, store.namespace, store.dimension)
+    return _lance_store, (store.uri, store.namespace, store.dimension, store.settings, store.defer_vector_index)
 
 
-def _qdrant_store(location: str, namespace: str, dimension: int, api_key_env: str):
+def _qdrant_store(location: str, namespace: str, dimension: int, settings: dict):
     from kbflow.stores.qdrant_store import QdrantStore
 
-    return QdrantStore(location, namespace, dimension, api_key_env)
+    return QdrantStore(location, namespace, dimension, **settings)
 
 
 def _reduce_qdrant_store(store):
@@ -70,7 +73,7 @@ def _reduce_qdrant_store(store):
             f"store.qdrant_location {store.location!r} is Qdrant local mode, which one process owns; "
             "with runner.kind 'processes' or 'dask' use a Qdrant server URL (or LanceDB)"
         )
-    return _qdrant_store, (store.location, store.namespace, store.dimension, store.api_key_env)
+    return _qdrant_store, (store.location, store.namespace, store.dimension, store.settings)
 
 
 def register() -> None:

@@ -321,6 +321,12 @@ class LanceStore:
         self.uri = str(uri)
         self.namespace = namespace
         self.dimension = dimension
+        # what the config made this store with beyond where it is: a copy in another process is made with the
+        # same (kbflow.portable), or its writes would index with LanceDB's defaults
+        self.settings = {"vector_index_min_rows": vector_index_min_rows, "vector_index_type": vector_index_type,
+                         "ann_nprobes": ann_nprobes, "ann_ef": ann_ef, "ann_refine_factor": ann_refine_factor,
+                         "mirror_dir": None if mirror_dir is None else str(mirror_dir),
+                         "exact_in_memory_rows": exact_in_memory_rows}
         self.table_name = table_name_for(namespace)
         self.vector_index_min_rows = vector_index_min_rows
         self.vector_index_type = vector_index_type

@@ -165,6 +165,8 @@ class QdrantStore:
                  bm25_k1: float = 1.2, bm25_b: float = 0.75, bm25_avg_len: float = 120.0):
         self.models = require("qdrant_client.models", "store.kind 'qdrant'")
         self.bm25 = (bm25_k1, bm25_b, bm25_avg_len)
+        # what the config made this store with beyond where it is: a copy in another process is made with the same
+        self.settings = {"api_key_env": api_key_env, "bm25_k1": bm25_k1, "bm25_b": bm25_b, "bm25_avg_len": bm25_avg_len}
         self._source_paths: list[str] | None = None  # distinct source paths, for glob filters; reset by writes
         self.location = location
         self.api_key_env = api_key_env  # the variable's name, never the key (see kbflow.portable)
