@@ -33,8 +33,9 @@ from kbflow.chunk.split import SPLIT_VERSION, Block
 from kbflow.chunk.tokens import TokenCounter
 from kbflow.search import tokens as words
 
-CHUNK_VERSION = "4"  # 3: section numbers left out of the heading prefix; 4: no chunk under half its budget but a
-# section's last, an over-limit chunk cut at the tokenizer's limit instead of shedding one-unit chunks
+CHUNK_VERSION = "5"  # 3: section numbers left out of the heading prefix; 4: no chunk under half its budget but a
+# section's last, an over-limit chunk cut at the tokenizer's limit instead of shedding one-unit chunks; 5: a table
+# that does not fit is cut between rows, every piece with its caption and header
 PREFIX_SHARE = 0.25  # a heading prefix may take at most this share of a chunk's budget
 HARD_CUT_WINDOW = 64  # characters per token of budget looked at for a hard cut (a word piece is shorter)
 
@@ -44,6 +45,12 @@ SPACE_RE = re.compile(r"(?<=\s)(?=\S)")
 LINE_RE = re.compile(r"(?<=\n)")
 PROSE_LEVELS = [SENTENCE_RE, CLAUSE_RE, SPACE_RE]
 LONG_LEVELS = [LINE_RE, *PROSE_LEVELS]  # code, tables and lists: line ends first
+LINE_KINDS = ("code", "table", "list", "rows")  # "rows": a long table's rows, below its caption and header
+# a table's caption: a line of its own right above it, all bold ("**Table 9.33. Date/Time Functions**", as HTML
+# and Office conversions write a caption) or starting "Table N" / "表 N"
+CAPTION_RE = re.compile(r"[ \t]*(?:\*\*[^*\n]{1,200}\*\*|(?:Table|Tab\.|表)\s*[0-9A-Z][^\n]{0,200})[ \t]*")
+TABLE_RULE_RE = re.compile(r"[ \t]*\|?(?:[ \t]*:?-{3,}:?[ \t]*\|)*[ \t]*:?-{3,}:?[ \t]*\|?[ \t]*")
+TABLE_CONTEXT_SHARE = 0.5  # a caption and header over this share of the budget: the table is cut like any block
 
 
 @dataclass(frozen=True)
@@ -125,7 +132,7 @@ def split_long_many(items: list[tuple[str, int, int, int, str]], counter: TokenC
         next_pending: list[tuple[int, int, int, int, bool]] = []
         for (item, a, b, level, _), n_tokens in zip(pending, counts):
             text, _, _, budget, kind = items[item]
-            levels = LONG_LEVELS if kind in ("code", "table", "list") else PROSE_LEVELS
+            levels = LONG_LEVELS if kind in LINE_KINDS else PROSE_LEVELS
             if n_tokens <= budget:
                 units[item].append(Span(a, b, n_tokens))
             elif level < len(levels):
@@ -206,8 +213,11 @@ def heading_prefix_text(heading_path: list[str], counter: TokenCounter, max_toke
     return ""
 
 
-def sections_of(blocks: list[Block]) -> list[list[Block]]:
-    """Runs of blocks packed together: a heading or a thematic break starts a new one (a break holds no text)."""
+def sections_of(blocks: list[Block], markdown: str | None = None,
+                long_table_chars: int | None = None) -> list[list[Block]]:
+    """Runs of blocks packed together: a heading or a thematic break starts a new one (a break holds no text).
+    Given the Markdown and ``long_table_chars``, a table longer than that (which may not fit one chunk: a token
+    is never shorter than a character) is a section of its own, with the caption right above it."""
     groups: list[list[Block]] = []
     boundary = True
     for block in blocks:
@@ -216,12 +226,60 @@ def sections_of(blocks: list[Block]) -> list[list[Block]]:
             continue
         if block.kind == "navigation":  # links with no text of their own: not content, not a boundary
             continue
+        if (markdown is not None and long_table_chars is not None and block.kind == "table"
+                and block.char_end - block.char_start > long_table_chars and _has_header(markdown, block)):
+            caption = groups[-1][-1] if groups and not boundary else None
+            if caption is not None and _is_caption(markdown, caption, block):
+                groups[-1].pop()
+                if not groups[-1]:
+                    groups.pop()
+                groups.append([caption, block])
+            else:
+                groups.append([block])
+            boundary = True  # what follows the table starts a section of its own
+            continue
         if groups and not boundary and block.kind != "heading" and groups[-1][0].heading_path == block.heading_path:
             groups[-1].append(block)
         else:
             groups.append([block])
         boundary = False
     return groups
+
+
+def _has_header(markdown: str, table: Block) -> bool:
+    """Whether ``table`` has a header row: its second line is the rule line below a header."""
+    lines = markdown[table.char_start:table.char_end].split("\n", 2)
+    return len(lines) == 3 and TABLE_RULE_RE.fullmatch(lines[1]) is not None
+
+
+def _is_caption(markdown: str, block: Block, table: Block) -> bool:
+    """Whether ``block`` is the caption of ``table``: a one-line paragraph right above it, in caption form."""
+    text = markdown[block.char_start:block.char_end].strip()
+    return (block.kind == "paragraph" and block.heading_path == table.heading_path and "\n" not in text
+            and not markdown[block.char_end:table.char_start].strip() and CAPTION_RE.fullmatch(text) is not None)
+
+
+@dataclass(frozen=True)
+class TableParts:
+    """A section holding one table (and its caption): where its caption and header end and its rows start."""
+
+    caption: str  # the caption's text, without its bold marks ("" for none)
+    rows_start: int  # of the first row below the header's rule line; the text before it is each piece's context
+
+
+def table_parts(markdown: str, section: list[Block]) -> TableParts | None:
+    """The parts of a section that is one table (a caption may stand above it) with a header, a rule line and at
+    least one row; None for any other section."""
+    table = section[-1]
+    if table.kind != "table" or len(section) > 2 or (len(section) == 2 and section[0].kind != "paragraph"):
+        return None
+    lines = markdown[table.char_start:table.char_end].split("\n", 2)
+    if not _has_header(markdown, table) or not lines[2].strip():
+        return None
+    caption = markdown[section[0].char_start:section[0].char_end].strip() if len(section) == 2 else ""
+    if caption.startswith("**") and caption.endswith("**"):
+        caption = caption[2:-2].strip()
+    return TableParts(" ".join(caption.split()), table.char_start + len(lines[0]) + len(lines[1]) + 2)
 
 
 def _pack(units: list[Span], budget: int, overlap_tokens: int,
@@ -301,7 +359,7 @@ def chunk_documents(jobs: list[ChunkJob], counter: TokenCounter, chunk_tokens: i
     a pure function of what its key hashes (``chunker`` must be the chunker fingerprint), so reuse gives the same
     chunks."""
     content_budget = chunk_tokens - counter.special_tokens
-    all_sections = [sections_of(job.blocks) for job in jobs]
+    all_sections = [sections_of(job.blocks, job.markdown, content_budget) for job in jobs]
     all_keys = [[section_key(job.markdown, section, chunker) for section in sections] if job.plans is not None else []
                 for job, sections in zip(jobs, all_sections)]
     fresh = [(j, i) for j, (job, sections) in enumerate(zip(jobs, all_sections)) for i in range(len(sections))
@@ -329,9 +387,15 @@ def _chunks(job: ChunkJob, sections: list[list[Block]], section_plans: list[dict
     markdown = job.markdown
     for section, plan in zip(sections, section_plans):
         origin, prefix = section[0].char_start, plan["prefix"]
+        # a long table's pieces: each starts with the table's caption and header (the text from the section's start
+        # to its first row), and the heading path names the table
+        context = plan.get("context", "")
+        heading_path = list(section[0].heading_path) + ([plan["caption"]] if plan.get("caption") else [])
         for relative_start, relative_end, n_tokens in plan["chunks"]:
             start, end = origin + relative_start, origin + relative_end
-            text = markdown[start:end]
+            text = context + markdown[start:end]
+            if context and not markdown[origin + len(context):start].strip():  # the first piece: they are its own
+                start = origin
             embed_text = prefix + text
             text_sha = sha256_text(text)
             occurrence = occurrences.get(text_sha, 0)
@@ -342,7 +406,7 @@ def _chunks(job: ChunkJob, sections: list[list[Block]], section_plans: list[dict
                     ordinal=len(chunks),
                     text=text,
                     embed_text=embed_text,
-                    heading_path=list(section[0].heading_path),
+                    heading_path=heading_path,
                     char_start=start,
                     char_end=end,
                     n_tokens=n_tokens + special_tokens,
@@ -375,17 +439,26 @@ def _plan_sections(sections: list[tuple[str, list[Block]]], counter: TokenCounte
     prefix's and units' counts, exactly, without tokenizing it again; every other chunk is counted."""
     if not sections:
         return []
-    prefixes = _prefixes([section for _, section in sections], counter, int(content_budget * PREFIX_SHARE)) \
+    headings = _prefixes([section for _, section in sections], counter, int(content_budget * PREFIX_SHARE)) \
         if heading_prefix else [("", 0)] * len(sections)
-    block_counts = iter(counter.count([markdown[b.char_start:b.char_end] for markdown, section in sections
-                                       for b in section]))
+    all_counts = iter(counter.count([markdown[b.char_start:b.char_end] for markdown, section in sections
+                                     for b in section]))
+    block_counts = [[next(all_counts) for _ in section] for _, section in sections]
+    tables = _long_tables(sections, headings, block_counts, counter, content_budget)
+    # a long table's pieces are counted with its caption and header, which each of them carries
+    prefixes = [(heading + _context(sections[i], tables[i]), tables[i].tokens) if i in tables else (heading, tokens)
+                for i, (heading, tokens) in enumerate(headings)]
     section_units: list[list[Span | int]] = []  # a block that fits is its unit; a long one, its index in `long`
     long: list[tuple[str, int, int, int, str]] = []
-    for (markdown, section), (prefix, prefix_tokens) in zip(sections, prefixes):
+    for i, ((markdown, section), (prefix, prefix_tokens)) in enumerate(zip(sections, prefixes)):
         budget = content_budget - prefix_tokens
         block_units: list[Span | int] = []
-        for block in section:
-            n_tokens = next(block_counts)
+        if i in tables:  # its rows, cut between rows: the caption and header are in the prefix
+            block_units.append(len(long))
+            long.append((markdown, tables[i].rows_start, section[-1].char_end, budget, "rows"))
+            section_units.append(block_units)
+            continue
+        for block, n_tokens in zip(section, block_counts[i]):
             start, end = trimmed_span(markdown, block.char_start, block.char_end)
             if end <= start:
                 continue
@@ -433,12 +506,42 @@ def _plan_sections(sections: list[tuple[str, list[Block]]], counter: TokenCounte
                       overlap_tokens)
         pending = over
     plans = []
-    for (markdown, section), (prefix, _), units, section_ranges, section_counts in zip(sections, prefixes, flats,
-                                                                                       ranges, counts):
+    for i, ((markdown, section), (heading, _), units, section_ranges, chunk_counts) in enumerate(zip(
+            sections, headings, flats, ranges, counts)):
         origin = section[0].char_start
-        plans.append({"prefix": prefix, "chunks": [[units[first].start - origin, units[last - 1].end - origin, n_tokens]
-                                                   for (first, last), n_tokens in zip(section_ranges, section_counts)]})
+        plan = {"prefix": heading, "chunks": [[units[first].start - origin, units[last - 1].end - origin, n_tokens]
+                                              for (first, last), n_tokens in zip(section_ranges, chunk_counts)]}
+        if i in tables:
+            plan.update(context=_context((markdown, section), tables[i]), caption=tables[i].caption)
+        plans.append(plan)
     return plans
+
+
+def _context(section: tuple[str, list[Block]], parts: TableParts) -> str:
+    """What each piece of a long table starts with: the text from the section's start to the first row."""
+    markdown, blocks = section
+    return markdown[blocks[0].char_start:parts.rows_start]
+
+
+@dataclass(frozen=True)
+class LongTable(TableParts):
+    tokens: int = 0  # of the heading prefix, caption and header together
+
+
+def _long_tables(sections: list[tuple[str, list[Block]]], headings: list[tuple[str, int]],
+                 section_counts: list[list[int]], counter: TokenCounter, content_budget: int) -> dict[int, LongTable]:
+    """The sections that are one table too long for a chunk with its heading prefix, by index, whose caption and
+    header take at most ``TABLE_CONTEXT_SHARE`` of the budget with the heading prefix (counted in one call)."""
+    found = {}
+    for i, ((markdown, section), (_, heading_tokens), block_counts) in enumerate(zip(sections, headings,
+                                                                                    section_counts)):
+        parts = table_parts(markdown, section)
+        if parts is not None and sum(block_counts) > content_budget - heading_tokens:
+            found[i] = parts
+    contexts = [headings[i][0] + _context(sections[i], parts) for i, parts in found.items()]
+    return {i: LongTable(parts.caption, parts.rows_start, tokens)
+            for (i, parts), tokens in zip(found.items(), counter.count(contexts))
+            if tokens <= content_budget * TABLE_CONTEXT_SHARE}
 
 
 def _prefixes(sections: list[list[Block]], counter: TokenCounter, max_tokens: int) -> list[tuple[str, int]]:
@@ -457,7 +560,8 @@ def _underfilled(units: list[Span], ranges: list[tuple[int, int]], budget: int, 
     """Index of the unit after the first chunk (from the ``kept``-th on; a section's last aside) that holds under
     half the budget, by its units' counts: that unit did not fit beside it, so it is over half; None if none."""
     for first, last in ranges[kept:-1]:
-        if 2 * sum(unit.tokens for unit in units[first:last]) < budget and units[last].tokens > max(1, budget // 2):
+        if 2 * sum(unit.tokens for unit in units[first:last]) < budget and units[last].tokens > max(1, budget // 2) \
+                and units[last].kind != "rows":  # a table's row is never cut to fill a chunk
             return last
     return None
 
@@ -497,6 +601,9 @@ def _cut_over(over: list[int], sections, prefixes, flats, budgets, ranges, count
         index = next(j for j in range(first, last) if where <= units[j].end or j == last - 1)
         if where <= units[index].start:  # the limit falls in the gap before this unit: end the chunk before it
             index -= 1
+            where = units[index].end
+        elif units[index].kind == "rows" and index > first and where < units[index].end:
+            index -= 1  # a table's row is never cut while the chunk holds another: it ends before that row
             where = units[index].end
         if index == last - 1 and where >= units[index].end:  # a cut that disagrees with the count: move on anyway
             index, where = _smaller(markdown, units, max(first, new_from), last)

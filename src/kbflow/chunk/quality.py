@@ -1,6 +1,7 @@
 """Are the chunks worth keeping? A report per document and for a run: chunks, chunks under a tenth of the budget
 (a section's last chunk aside: it holds what is left), chunks of punctuation only (there should be none),
-texts repeated within a document; and a warning naming each document where something looks wrong.
+texts repeated within a document, tables, the chunks holding table rows and those of them without the table's
+header row (there should be none); and a warning naming each document where something looks wrong.
 
 Every ingest puts the report in its summary (``chunk_quality``: the terminal's summary and the Prefect summary
 artifact show its warnings); ``kbflow bench chunk`` measures it on a corpus.
@@ -8,8 +9,11 @@ artifact show its warnings); ``kbflow bench chunk`` measures it on a corpus.
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from typing import Iterable, Sequence
+
+from kbflow.chunk.chunker import TABLE_RULE_RE
 
 SMALL = 0.1  # a chunk holding under this share of the budget is small
 WARN_SMALL_SHARE = 0.05  # more small chunks than this share of a document's (section ends aside) is a warning
@@ -24,6 +28,9 @@ class DocumentQuality:
     small: int = 0  # of those, holding under a tenth of the budget
     punctuation_only: int = 0
     duplicates: int = 0  # chunks whose text an earlier chunk of the document has
+    tables: int = 0  # tables, told apart by their header rows
+    table_pieces: int = 0  # chunks holding rows of a table
+    pieces_without_header: int = 0  # of those, chunks without their table's header row (there should be none)
 
     def add(self, other: "DocumentQuality") -> None:
         for name, value in asdict(other).items():
@@ -38,12 +45,28 @@ def punctuation_only(text: str) -> bool:
     return not any(ch.isalnum() for ch in text)
 
 
+TABLE_LINE_RE = re.compile(r"^ {0,3}\|", re.M)
+
+
+def table_figures(text: str, headers: set[str]) -> tuple[bool, bool]:
+    """(holds table rows, carries the header row above them) of one chunk; adds its tables' headers to
+    ``headers``."""
+    lines = text.split("\n")
+    rules = [i for i, line in enumerate(lines) if i and TABLE_RULE_RE.fullmatch(line) and TABLE_LINE_RE.match(
+        lines[i - 1])]
+    headers.update(lines[i - 1] for i in rules)
+    header_lines = {i for rule in rules for i in (rule - 1, rule)}
+    rows = [i for i, line in enumerate(lines) if TABLE_LINE_RE.match(line) and i not in header_lines]
+    return bool(rows), bool(rows) and all(any(rule < row for rule in rules) for row in rows)
+
+
 def document_quality(texts: Sequence[str], n_tokens: Sequence[int], heading_paths: Sequence[Sequence[str]],
                      chunk_tokens: int) -> DocumentQuality:
     """The figures of one document's chunks, in order. A chunk is its section's last when the next chunk's heading
     path differs (a thematic break inside a section is not seen: its last chunk counts as judged)."""
     quality = DocumentQuality(chunks=len(texts))
     seen: set[str] = set()
+    headers: set[str] = set()
     for index, (text, tokens) in enumerate(zip(texts, n_tokens)):
         last = index + 1 == len(texts) or list(heading_paths[index + 1]) != list(heading_paths[index])
         if not last:
@@ -52,6 +75,10 @@ def document_quality(texts: Sequence[str], n_tokens: Sequence[int], heading_path
         quality.punctuation_only += punctuation_only(text)
         quality.duplicates += text in seen
         seen.add(text)
+        holds_rows, with_header = table_figures(text, headers)
+        quality.table_pieces += holds_rows
+        quality.pieces_without_header += holds_rows and not with_header
+    quality.tables = len(headers)
     return quality
 
 
@@ -67,6 +94,9 @@ def warnings_for(source: str, quality: DocumentQuality) -> list[str]:
     if quality.chunks >= MIN_CHUNKS_FOR_SHARES and quality.duplicates >= WARN_DUPLICATE_SHARE * quality.chunks:
         found.append(f"{source}: {quality.duplicates} of {quality.chunks} chunks repeat a text of the same document "
                      "(running headers, repeated boilerplate?)")
+    if quality.pieces_without_header:
+        found.append(f"{source}: {quality.pieces_without_header} of {quality.table_pieces} chunks holding table rows "
+                     "lack the table's header row (a table without one, or a header too wide to repeat?)")
     return found
 
 
