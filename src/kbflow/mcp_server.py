@@ -19,7 +19,6 @@ import binascii
 import json
 import logging
 import threading
-from pathlib import Path
 from typing import Annotated, Literal
 
 from mcp.server import MCPServer
@@ -34,6 +33,7 @@ from kbflow import __version__, api
 from kbflow.config import KbConfig, check_namespace
 from kbflow.errors import ConfigError, KbflowError
 from kbflow.kb import KnowledgeBase
+from kbflow.convert.web import suffix_for
 from kbflow.mcp_http import FULL, GRANT_KEY, NO_AUTH_FLAG, TOKEN_ENV, Gate, Grant, TokenTable, allowed_hosts, is_loopback
 from kbflow.sources import confine, kind_of
 from kbflow.sources.upload import check_name
@@ -242,7 +242,7 @@ class Tools:
             checked = confine(source, self.policy)
             if kind.name == "web":
                 fetched = fetch(checked, self.policy, self.inline_bytes)
-                name = "page" + _suffix(fetched.url, fetched.content_type)
+                name = "page" + suffix_for(fetched.url, fetched.content_type, ".txt")
                 return self._write(namespace, grant, lambda kb: kb.add_upload(name, fetched.content,
                                                                               page_url=source))
         except KbflowError as exc:
@@ -292,19 +292,6 @@ def grant_of(ctx: Context | None) -> Grant:
     if grant is None:
         raise ToolError("this request carries no credentials check; refused")
     return grant
-
-
-def _suffix(url: str, content_type: str) -> str:
-    """The extension a fetched page is converted by: its content type's, else its URL's."""
-    from urllib.parse import urlsplit
-
-    kind = content_type.split(";", 1)[0].strip().lower()
-    known = {"text/html": ".html", "application/xhtml+xml": ".html", "application/pdf": ".pdf",
-             "text/markdown": ".md", "application/json": ".json", "text/plain": ".txt", "text/csv": ".csv"}
-    if kind in known:
-        return known[kind]
-    suffix = Path(urlsplit(url).path).suffix.lower()
-    return suffix if suffix.isascii() and suffix[1:].isalnum() and len(suffix) <= 8 else ".txt"
 
 
 class KbflowTool(Tool):

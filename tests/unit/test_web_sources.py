@@ -265,3 +265,17 @@ def test_a_304_to_a_page_never_stored_fails_that_page_only(releases, tmp_path):
     by_name = {source.source_path.rsplit("/", 1)[-1]: source for source in scan.sources}
     assert not by_name["tutorial-sql.html"].unreadable
     assert "304 Not Modified" in by_name["sql-do.html"].unreadable
+
+
+def test_every_door_that_fetches_names_a_body_by_one_content_type_map():
+    """A configured web source and MCP's add_document convert a fetched body by the same map (convert.web.SUFFIXES):
+    its content type, else its URL's extension, else each door's default (a site's page reads as HTML; a URL an
+    agent sends, as text)."""
+    from kbflow.convert.web import suffix_for
+
+    assert suffix_for("https://x.test/a", "application/json; charset=utf-8", ".html") == ".json"
+    assert suffix_for("https://x.test/report.PDF", "application/octet-stream", ".txt") == ".pdf"
+    assert suffix_for("https://x.test/page", "", ".html") == ".html"
+    assert suffix_for("https://x.test/page", "", ".txt") == ".txt"
+    assert suffix_for("https://x.test/a.b c", "", ".txt") == ".txt"  # not an extension
+    assert suffix_for("https://x.test/notes.md", "text/html", ".txt") == ".html"  # the server's type wins

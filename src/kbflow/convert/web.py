@@ -48,8 +48,19 @@ from kbflow.trust import SourcePolicy, SourceRefused, fetch, http_client
 STATE_VERSION = 1
 MAX_SITEMAP_NESTING = 5
 URL_SAFE = ":/?#[]@!$&'()*+,;=%~"
+# the extension a fetched body is converted by, from its content type: one map for every door that fetches
 SUFFIXES = {"text/html": ".html", "application/xhtml+xml": ".html", "application/pdf": ".pdf",
-            "text/plain": ".txt", "text/markdown": ".md", "text/csv": ".csv"}
+            "text/plain": ".txt", "text/markdown": ".md", "text/csv": ".csv", "application/json": ".json"}
+
+
+def suffix_for(url: str, content_type: str, default: str) -> str:
+    """The extension a fetched body is converted by: its content type's, else its URL path's (a short ASCII
+    one), else ``default``."""
+    known = SUFFIXES.get(content_type.split(";", 1)[0].strip().lower())
+    if known:
+        return known
+    suffix = posixpath.splitext(urlsplit(url).path)[1].lower()
+    return suffix if suffix.isascii() and suffix[1:].isalnum() and len(suffix) <= 8 else default
 
 
 def is_web(source: object) -> bool:
@@ -104,8 +115,7 @@ class Pages:
         return payload.get("pages", {}) if payload.get("version") == STATE_VERSION else {}
 
     def body_path(self, url: str, content_type: str):
-        suffix = SUFFIXES.get(content_type.split(";")[0].strip().lower()) or \
-            posixpath.splitext(urlsplit(url).path)[1].lower()[:10] or ".html"
+        suffix = suffix_for(url, content_type, ".html")  # a site's page of no known type is read as HTML
         return self.folder / "pages" / (hashlib.sha256(url.encode()).hexdigest()[:32] + suffix)
 
     def body_sha256(self, record: dict) -> str | None:
