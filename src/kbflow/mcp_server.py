@@ -18,6 +18,8 @@ import base64
 import binascii
 import json
 import logging
+import os
+import sys
 import threading
 from typing import Annotated, Literal
 
@@ -378,7 +380,12 @@ def serve(config: KbConfig, namespaces: list[str] | None, read_only: bool, http:
     threading.Thread(target=tools.warm_up, name="kbflow-mcp-warm-up", daemon=True).start()
     if http is None:
         server.run("stdio")
-        return
+        # stdin closed and every call has answered: leave now, without the interpreter's teardown, which aborts
+        # ("terminate called without an active exception") or waits inside the model's native threads
+        sys.stdout.flush()
+        sys.stderr.flush()
+        logging.shutdown()
+        os._exit(0)
     host, _, port = http.rpartition(":")
     bind = (host or "127.0.0.1").strip("[]")
     app = http_app(config, server, bind, tokens, no_auth)

@@ -159,3 +159,32 @@ def test_streamable_http_read_only_server_offers_only_reads(tmp_path):
         process.terminate()
         process.wait(timeout=30)
     assert data.is_dir()
+
+
+def test_the_stdio_server_exits_cleanly_when_its_stdin_closes_after_a_search(tmp_path):
+    """A client closes stdin when it is done: the server must then exit at once with status 0. After a search the
+    interpreter's teardown used to abort inside the model's native threads ("terminate called without an active
+    exception", SIGABRT), which a client sees as a crash or waits out before killing it."""
+    config = _config(tmp_path)
+    subprocess.run([KBFLOW, "ingest", str(CASES / "docs"), "--config", str(config)], env=_env(), check=True,
+                   capture_output=True, timeout=300)
+    server = subprocess.Popen([KBFLOW, "mcp", "--config", str(config)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=_env(), cwd=str(tmp_path))
+
+    def call(message: dict) -> dict | None:
+        server.stdin.write(json.dumps({"jsonrpc": "2.0", **message}) + "\n")
+        server.stdin.flush()
+        return json.loads(server.stdout.readline()) if "id" in message else None
+
+    call({"id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                                                      "clientInfo": {"name": "test", "version": "1"}}})
+    call({"method": "notifications/initialized"})
+    found = call({"id": 2, "method": "tools/call", "params": {"name": "search", "arguments": {"query": "backups"}}})
+    assert not found["result"]["isError"] and found["result"]["structuredContent"]["hits"], found
+    server.stdin.close()
+    try:
+        status = server.wait(timeout=60)  # a hang fails here, not a figure: how fast is `kbflow bench`'s business
+    finally:
+        server.kill()
+    error = server.stderr.read()
+    assert status == 0 and "terminate called" not in error, (status, error[-2000:])
