@@ -51,7 +51,7 @@ THIRD_PARTY_PRIVATE_NAMES = {
     ("kbflow.mcp_server", "_tool_manager"), ("kbflow.mcp_server", "_tools"),
 }
 # private names of other libraries' public API (namedtuple methods carry an underscore to avoid field names)
-PUBLIC_UNDERSCORE_NAMES = {"_replace", "_asdict", "_fields", "_make"}
+PUBLIC_UNDERSCORE_NAMES = {"_replace", "_asdict", "_fields", "_make", "_exit"}  # namedtuple API; os._exit
 
 
 def modules() -> dict[str, Path]:
