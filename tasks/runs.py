@@ -104,6 +104,18 @@ def _renew_until(stop: threading.Event, lease_id: str) -> None:
                     "run of the namespace may start and will then wait on the namespace lock", lease_id, exc, LEASE_S)
 
 
+def _ensure_limit(client, name: str) -> None:
+    """The namespace's limit of 1, created on first use. Prefect's upsert reads, then creates: two runs of a new
+    namespace that start together both read nothing, and the second create is refused (ObjectAlreadyExists) with
+    the limit now there, so it is upserted again, which then finds it."""
+    from prefect.exceptions import ObjectAlreadyExists
+
+    try:
+        client.upsert_global_concurrency_limit_by_name(name, limit=1)
+    except ObjectAlreadyExists:
+        client.upsert_global_concurrency_limit_by_name(name, limit=1)
+
+
 @contextmanager
 def one_run_per_namespace(data_dir: str | Path, namespace: str):
     """Hold the namespace's slot for the block, waiting for it as long as another live flow run holds it."""
@@ -112,7 +124,7 @@ def one_run_per_namespace(data_dir: str | Path, namespace: str):
     name = namespace_limit_name(data_dir, namespace)
     record = holder_file(data_dir, namespace)
     with get_client(sync_client=True) as client:
-        client.upsert_global_concurrency_limit_by_name(name, limit=1)
+        _ensure_limit(client, name)
         lease_id = _acquire(client, name, record)
     write_bytes_atomic(record, json.dumps({"lease_id": lease_id, "pid": os.getpid(), "host": socket.gethostname(),
                                            "started": time.time()}).encode("utf-8"), durable=False)

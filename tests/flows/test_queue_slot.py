@@ -74,3 +74,28 @@ def test_the_lease_is_renewed_on_the_server_the_run_reports_to(tmp_path, monkeyp
     assert len(renewed_at) >= 2 and set(renewed_at) == {url.rstrip("/")}
     assert "could not renew" not in caplog.text
     assert set(SubprocessASGIServer._instances) == servers_before  # no server of Prefect's own was started
+
+
+def test_two_runs_of_a_new_namespace_that_start_together_both_get_its_limit(tmp_path, monkeypatch):
+    """Prefect's upsert of a limit reads, then creates. The race, made certain: this run's read answers 'not found'
+    (the other run has not created the limit yet), then the other run creates it, then this run's create is
+    refused by the real server. The run must still take its slot."""
+    from prefect.exceptions import ObjectNotFound
+
+    name = namespace_limit_name(tmp_path, "raced")
+    read = SyncPrefectClient.read_global_concurrency_limit_by_name
+    raced = []
+
+    def read_before_the_other_run_created_it(self, limit_name):
+        if limit_name == name and not raced:
+            raced.append(True)
+            with get_client(sync_client=True) as other_run:
+                other_run.upsert_global_concurrency_limit_by_name(name, limit=1)
+            raise ObjectNotFound(None, f"limit {limit_name} not found")
+        return read(self, limit_name)
+
+    monkeypatch.setattr(SyncPrefectClient, "read_global_concurrency_limit_by_name",
+                        read_before_the_other_run_created_it)
+    with one_run_per_namespace(tmp_path, "raced"):
+        assert raced and _active_slots(name) == 1
+    assert _active_slots(name) == 0
