@@ -25,7 +25,8 @@ from kbflow.config import KbConfig
 from kbflow.engine import stages
 from kbflow.engine.runner import Pending, StageCall
 from kbflow.retry import RetryPolicy
-from kbflow.storage import is_remote, location
+from kbflow.state import layout
+from kbflow.storage import is_remote
 
 
 R = TypeVar("R")
@@ -134,7 +135,7 @@ def task_options(policy: RetryPolicy) -> dict:
 def result_storage(data_dir: str | Path):
     """Cached task results under the data dir (pruned by kbflow), as a saved block, which Prefect requires: a local
     folder, or the data dir's object-storage prefix through fsspec (``RemoteFileSystem``)."""
-    results = location(data_dir) / "prefect" / "results"
+    results = layout.results_dir(data_dir)
     block: LocalFileSystem | RemoteFileSystem
     if is_remote(results):
         basepath = str(results)

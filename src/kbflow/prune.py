@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 
-from kbflow.state import housekeeping
+from kbflow.state import housekeeping, layout
 from kbflow.config import KbConfig, check_namespace
 from kbflow.state.lock import namespace_lock
 from kbflow.state.manifest import NamespaceState
@@ -84,7 +84,7 @@ def prune(config: KbConfig, keep_runs: int, namespaces: list[str] | None = None,
         state = NamespaceState(data_dir, namespace)
         state.check_files()  # a file where its runs folder belongs: named with the repair, before anything is removed
         with namespace_lock(state.root, namespace):
-            report["runs_removed"][namespace] = housekeeping.prune_runs(data_dir / "runs" / namespace, keep_runs)
+            report["runs_removed"][namespace] = housekeeping.prune_runs(layout.runs_dir(data_dir, namespace), keep_runs)
             superseded = remove_superseded(config, namespace)  # tables a `kbflow reembed` switched away from
             if superseded:
                 report.setdefault("superseded_removed", {})[namespace] = superseded
@@ -102,6 +102,6 @@ def prune(config: KbConfig, keep_runs: int, namespaces: list[str] | None = None,
         assert db is not None  # tables is empty without a database
         report["tables"][table_name] = _optimize_named(db, table_name, versions_older_than, None)
     days = config.flow.cache_days if result_days is None else result_days
-    report["results_removed"] = housekeeping.prune_results(data_dir / "prefect" / "results", days)
+    report["results_removed"] = housekeeping.prune_results(layout.results_dir(data_dir), days)
     report["bytes_after"] = storage.tree_bytes(data_dir)
     return report

@@ -69,7 +69,7 @@ from kbflow.graph.store import GraphStore
 from kbflow.schemas import CHUNKS, DOCUMENTS, EDGES, MANIFEST, SECTIONS
 from kbflow.search.llm import open_chat
 from kbflow.search.tokens import TOKENIZER_VERSION, stored_terms_version
-from kbflow.state import housekeeping
+from kbflow.state import housekeeping, layout
 from kbflow.state.lock import namespace_lock
 from kbflow.state.manifest import NamespaceState
 from kbflow.state.snapshots import clean_temporaries, write_table
@@ -191,7 +191,7 @@ def _ingest(config: KbConfig, job: IngestJob, runner: StageRunner, run_id: str) 
     chunk_tokens = resolve_chunk_tokens(config.chunking, embedder.max_tokens, embedder.model_id)
     chunker = chunker_fingerprint(embedder.token_counter(), chunk_tokens, config.chunking.overlap_tokens,
                                   config.chunking.heading_prefix)
-    run = Run(config, namespace, run_id, data_dir / "runs" / namespace / run_id, state, embedder,
+    run = Run(config, namespace, run_id, layout.runs_dir(data_dir, namespace) / run_id, state, embedder,
               Fingerprints(converter_fingerprint(config.convert), chunker, embedder.model_id,
                            extractor_fingerprint(config.graph.enabled, extractor_name(config.search.llm)
                                                  if config.graph.llm_extract else None)), chunk_tokens,
@@ -211,7 +211,7 @@ def _ingest(config: KbConfig, job: IngestJob, runner: StageRunner, run_id: str) 
         # one writer per namespace; the plan is made under the lock
         plan = _plan(run, sources, texts, job.add_only, job.roots, job.uploads)
         check_deletion_guard(plan, len(state.read_manifest()), config.flow.max_delete_fraction, job.allow_mass_delete)
-        for folder in (state.root, data_dir / "runs" / namespace):  # leftovers of a killed run
+        for folder in (state.root, layout.runs_dir(data_dir, namespace)):  # leftovers of a killed run
             clean_temporaries(folder)
         state.record_model(embedder.model_id, embedder.dimension, TOKENIZER_VERSION)
         write_table(plan.table(), run.run_dir / "plan.parquet")
@@ -252,8 +252,8 @@ def _ingest(config: KbConfig, job: IngestJob, runner: StageRunner, run_id: str) 
             run.summary.graph.edges = run.graph.counts()
         summary = _finish(run, wall_started)
         state.record_run(run.summary.record())
-        housekeeping.prune_runs(data_dir / "runs" / namespace, config.flow.keep_runs)
-        housekeeping.prune_results(data_dir / "prefect" / "results", config.flow.cache_days)
+        housekeeping.prune_runs(layout.runs_dir(data_dir, namespace), config.flow.keep_runs)
+        housekeeping.prune_results(layout.results_dir(data_dir), config.flow.cache_days)
     for failure in run.failures:
         log.warning("failed: %s %s: %s", failure.stage, failure.source_path or "", failure.message)
     return summary
@@ -363,7 +363,7 @@ def _ingest_batches(run: Run, plan: Plan, texts_by_path: dict[str, str]) -> None
     config, todo, size = run.config, plan.todo, run.config.flow.doc_batch
     batches = [todo[i:i + size] for i in range(0, len(todo), size)]
     # per-document conversion cache, pruned with the results; --force converts everything again
-    convert_cache_dir = None if run.force else str(location(config.data_dir) / "prefect" / "results" / "kbflow-convert")
+    convert_cache_dir = None if run.force else str(layout.conversion_cache_dir(config.data_dir))
 
     def start_convert(index: int) -> Pending[pa.Table] | None:
         files = [s for s in batches[index] if s.abs_path]

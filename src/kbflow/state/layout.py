@@ -107,10 +107,9 @@ def damaged_cache_entries(folder: Path, check: str, types: dict[str, type | tupl
 def damaged_snapshots(data_dir, namespace: str) -> list[Damage]:
     """Each run snapshot of the namespace that does not read as Parquet of its schema's columns."""
     found = []
-    for path in _folder_files(runs_dir(data_dir, namespace), "*/*.parquet") + \
-            _folder_files(runs_dir(data_dir, namespace), "*/*/*.parquet"):
-        schema = SNAPSHOTS.get(path.stem if path.parent.parent == runs_dir(data_dir, namespace)
-                               else path.parent.name)
+    runs = runs_dir(data_dir, namespace)
+    for path in _folder_files(runs, "*/*.parquet") + _folder_files(runs, "*/*/*.parquet"):
+        schema = SNAPSHOTS.get(path.stem if path.parent.parent == runs else path.parent.name)
         try:
             if path.is_dir():
                 raise ValueError("a folder stands where the file belongs")

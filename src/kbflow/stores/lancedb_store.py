@@ -128,6 +128,13 @@ class TableMisplaced(Exception):
     """A local table's folder is a file (raised here, reported by the caller as the damage of its store or cache)."""
 
 
+def opening_damage(exc: BaseException) -> str | None:
+    """Why a table could not be opened, when it is damage on disk (a file where one of its folders belongs, a
+    damaged file); None for any other failure. A permission error is raised as AccessDenied: it is not damage."""
+    refuse_denied(exc)
+    return str(exc) if isinstance(exc, TableMisplaced) else damage_reason(exc)
+
+
 def set_aside_damage(db_uri: str, table_name: str) -> list[str]:
     """A local table that cannot be opened made openable again without deleting anything: files standing where
     its folders belong, then damaged newest version manifests, are moved aside. The names moved."""
@@ -169,7 +176,6 @@ def set_aside_unreadable_older_versions(db_uri: str, table_name: str) -> list[st
         return []
     except Exception as exc:  # noqa: BLE001 - a damaged manifest is found below, one version at a time
         refuse_denied(exc)
-        pass
     moved = []
     for manifest in sorted(folder.glob("*.manifest"), key=_version_of):
         try:
@@ -321,12 +327,7 @@ class LanceStore:
         self.uri = str(uri)
         self.namespace = namespace
         self.dimension = dimension
-        # what the config made this store with beyond where it is: a copy in another process is made with the
-        # same (kbflow.portable), or its writes would index with LanceDB's defaults
-        self.settings = {"vector_index_min_rows": vector_index_min_rows, "vector_index_type": vector_index_type,
-                         "ann_nprobes": ann_nprobes, "ann_ef": ann_ef, "ann_refine_factor": ann_refine_factor,
-                         "mirror_dir": None if mirror_dir is None else str(mirror_dir),
-                         "exact_in_memory_rows": exact_in_memory_rows}
+        self.mirror_dir = None if mirror_dir is None else str(mirror_dir)
         self.table_name = table_name_for(namespace)
         self.vector_index_min_rows = vector_index_min_rows
         self.vector_index_type = vector_index_type
@@ -351,6 +352,14 @@ class LanceStore:
                                          None if storage.is_remote(where) else where / f"{self.table_name}.lance")
 
     @property
+    def settings(self) -> dict:
+        """What the config made this store with beyond where it is: a copy in another process is made with the
+        same (kbflow.portable), or its writes would index with LanceDB's defaults."""
+        return {"vector_index_min_rows": self.vector_index_min_rows, "vector_index_type": self.vector_index_type,
+                "ann_nprobes": self.ann_nprobes, "ann_ef": self.ann_ef, "ann_refine_factor": self.ann_refine_factor,
+                "mirror_dir": self.mirror_dir, "exact_in_memory_rows": self.exact_in_memory_rows}
+
+    @property
     def table(self):
         if self._table is None:
             try:
@@ -358,8 +367,7 @@ class LanceStore:
                 self._table = self._db.create_table(self.table_name, schema=store_schema(self.dimension),
                                                     exist_ok=True)
             except Exception as exc:  # a table that cannot be opened at all: its newest manifest is damaged
-                refuse_denied(exc)
-                reason = str(exc) if isinstance(exc, TableMisplaced) else damage_reason(exc)
+                reason = opening_damage(exc)
                 if reason is None:
                     raise
                 raise store_unreadable(self.namespace, f"table {self.table_name} cannot be opened: {reason}") \
@@ -377,8 +385,7 @@ class LanceStore:
             check_folders(self.uri, self.table_name)
             return open_table_or_none(self._db, self.table_name)
         except Exception as exc:
-            refuse_denied(exc)
-            reason = str(exc) if isinstance(exc, TableMisplaced) else damage_reason(exc)
+            reason = opening_damage(exc)
             if reason is None:
                 raise
             raise store_unreadable(self.namespace, f"table {self.table_name} cannot be opened: {reason}") from exc

@@ -165,8 +165,6 @@ class QdrantStore:
                  bm25_k1: float = 1.2, bm25_b: float = 0.75, bm25_avg_len: float = 120.0):
         self.models = require("qdrant_client.models", "store.kind 'qdrant'")
         self.bm25 = (bm25_k1, bm25_b, bm25_avg_len)
-        # what the config made this store with beyond where it is: a copy in another process is made with the same
-        self.settings = {"api_key_env": api_key_env, "bm25_k1": bm25_k1, "bm25_b": bm25_b, "bm25_avg_len": bm25_avg_len}
         self._source_paths: list[str] | None = None  # distinct source paths, for glob filters; reset by writes
         self.location = location
         self.api_key_env = api_key_env  # the variable's name, never the key (see kbflow.portable)
@@ -181,6 +179,12 @@ class QdrantStore:
         self.concurrent_reads = location.startswith(("http://", "https://"))
         self.defer_vector_index = False  # nothing to defer: a server maintains its indexes itself
 
+    @property
+    def settings(self) -> dict:
+        """What the config made this store with beyond where it is: a copy in another process is made with the same
+        (kbflow.portable); the API key travels as its variable's name only."""
+        k1, b, avg_len = self.bm25
+        return {"api_key_env": self.api_key_env, "bm25_k1": k1, "bm25_b": b, "bm25_avg_len": avg_len}
 
     def exists(self) -> bool:
         return self.client.collection_exists(self.collection)

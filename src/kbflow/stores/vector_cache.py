@@ -18,8 +18,7 @@ from kbflow.schemas import vectors_schema
 from kbflow import storage
 from kbflow.errors import StateDamaged
 from kbflow.state.layout import set_aside
-from kbflow.stores.errors import damage_reason, refuse_denied
-from kbflow.stores.lancedb_store import (TableMisplaced, check_folders, delete_in, open_table_or_none,
+from kbflow.stores.lancedb_store import (check_folders, delete_in, open_table_or_none, opening_damage,
                                          restore_readable, select_in, set_aside_damage, unreadable_reason)
 
 _create_lock = threading.Lock()
@@ -63,8 +62,7 @@ class VectorCache:
             check_folders(self.uri, self.table_name)
             yield
         except Exception as exc:
-            refuse_denied(exc)
-            reason = str(exc) if isinstance(exc, TableMisplaced) else damage_reason(exc)
+            reason = opening_damage(exc)
             if reason is None:
                 raise
             raise StateDamaged(f"the vector cache of {self.model_id} (table {self.table_name}) cannot be opened "
