@@ -167,7 +167,7 @@ def test_pdf_lines_become_headings_by_size_and_a_root_prompt_stays_text():
 
     pages = drop_running_lines([page(n, topic) for n, topic in enumerate(["Links", "Pipes", "Sockets", "Devices"], 1)])
     markdown = lines_to_markdown(pages)[0]
-    assert markdown == "# 1.1 Links\n\nBody text about Links that wraps\nonto a Links line.\n\n\\# chown links foo"
+    assert markdown == "## 1.1 Links\n\nBody text about Links that wraps\nonto a Links line.\n\n\\# chown links foo"
 
 
 def test_html_site_banner_and_logo_links_go():

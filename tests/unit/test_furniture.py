@@ -25,7 +25,7 @@ def markdown() -> str:
 def test_the_table_of_contents_goes_and_the_headings_it_listed_stay_in_the_body(markdown):
     assert not re.search(r"(\. ){4,}", markdown)  # no dot leaders
     assert "Contents" not in markdown and "1.3.1 Customization of MC" not in markdown  # listed, not in these pages
-    assert "#### 1.1.4 The root shell prompt" in markdown  # the body's heading, which the contents listed
+    assert "### 1.1.4 The root shell prompt" in markdown  # the body's heading (its number's depth), which the contents listed
 
 
 def test_running_headers_and_page_numbers_go(markdown):

@@ -13,7 +13,7 @@ import typer
 from rich.table import Table
 
 from kbflow.cli_common import HELP_OPTIONS, ConfigOpt, JsonOpt, fail, out, print_json
-from kbflow.errors import KbflowError
+from kbflow.errors import ConfigError, KbflowError
 
 bench_app = typer.Typer(help="Benchmarks: results as JSON (and plots), never timed tests.", no_args_is_help=True,
                         context_settings=HELP_OPTIONS)
@@ -275,21 +275,43 @@ def bench_speech(
 
 @bench_app.command("convert")
 def bench_convert(
-    corpus: Path = typer.Option(..., "--corpus", help="Folder of documents of many formats (e.g. shared corpora mixed/)."),
+    corpus: Optional[Path] = typer.Option(None, "--corpus", help="Folder of documents of many formats (e.g. shared corpora mixed/)."),
     pdf: Optional[Path] = typer.Option(None, "--pdf", help="PDF for the fast-path comparison (default: debian-reference.en.pdf in the corpus)."),
-    out_file: Path = typer.Option(Path("bench-results/convert.json"), "--out", help="Where the JSON goes; the PNG plot goes beside it."),
+    structure: Optional[Path] = typer.Option(None, "--structure", help="Instead: folder of HTML pages each beside the "
+                                             "PDF a browser printed from it; scores the PDF conversions' headings, "
+                                             "table cells and words against the HTML's (scripts/print_structure_pages.py "
+                                             "makes one)."),
+    engines: str = typer.Option("pdfium,markitdown", "--engines", help="With --structure: the PDF engines to score."),
+    out_file: Optional[Path] = typer.Option(None, "--out", help="Where the JSON goes; the PNG plot goes beside it "
+                                            "(default bench-results/convert.json, or convert-structure.json)."),
     config: Optional[Path] = ConfigOpt,
     as_json: bool = JsonOpt,
 ) -> None:
-    """Files/s and MB/s per format, the PDF fast path against MarkItDown, OCR CER and speech WER."""
-    from kbflow.bench.convert import bench_convert as run_bench
+    """Files/s and MB/s per format, the PDF fast path against MarkItDown, OCR CER and speech WER; or, with
+    --structure, how much of a page's headings, tables and words survive printing it to PDF."""
     from kbflow.config import load_config
 
-    run_and_report(lambda: run_bench(corpus, out_file, pdf, load_config(config).convert), as_json,
+    if (corpus is None) == (structure is None):
+        fail(ConfigError("give --corpus (speed and quality per format) or --structure (PDF structure), one of "
+                         "them"), as_json)
+    if structure is not None:
+        from kbflow.bench.structure import bench_structure
+
+        target = out_file or Path("bench-results/convert-structure.json")
+        names = tuple(name.strip() for name in engines.split(",") if name.strip())
+        run_and_report(lambda: bench_structure(structure, target, load_config(config).convert, names), as_json,
+                       lambda result: out.print_json(json.dumps({"engines": result["engines"]}, ensure_ascii=False)),
+                       target)
+        return
+    from kbflow.bench.convert import bench_convert as run_bench
+
+    target = out_file or Path("bench-results/convert.json")
+    folder = corpus if corpus is not None else Path()  # given: checked above
+    run_and_report(lambda: run_bench(folder, target, pdf, load_config(config).convert), as_json,
                    lambda result: out.print_json(json.dumps({"formats": result["formats"],
                                                              "pdf_speedup": result["pdf_speedup"],
                                                              "quality": result["quality"]}, ensure_ascii=False)),
-                   out_file)
+                   target)
 
 
 @bench_app.command("embed")
