@@ -4,8 +4,8 @@
 
 REF is the git commit whose ``src/kbflow/convert/formats/pdf.py`` is the converter before (its file is loaded
 as a module of its own beside the installed kbflow, whose other modules it imports); the converter after is
-the installed one. Each converts every PDF once to warm up, then three times; the best of the three is kept,
-as CPU seconds of this process (OCR off, so only the text layer is read).
+the installed one. Each converts every PDF once to warm up, then five times, the two taking turns; the best of
+each is kept, as CPU seconds of this process (OCR off, so only the text layer is read).
 """
 
 from __future__ import annotations
@@ -34,16 +34,22 @@ def _before(ref: str):
     return module.convert_pdf
 
 
-def _best_cpu(convert, datas: list[bytes]) -> float:
+def _cpu(convert, datas: list[bytes]) -> float:
+    started = time.process_time()
     for data in datas:
         convert(data, "x.pdf", "KBFLOW_PDF_PASSWORDS", False, 150, 2000)
-    best = float("inf")
-    for _ in range(3):
-        started = time.process_time()
-        for data in datas:
-            convert(data, "x.pdf", "KBFLOW_PDF_PASSWORDS", False, 150, 2000)
-        best = min(best, time.process_time() - started)
-    return best
+    return time.process_time() - started
+
+
+def _best_cpu(before, after, datas: list[bytes], repeats: int = 5) -> tuple[float, float]:
+    """Best CPU time of each over ``repeats`` rounds, the two taking turns within a round (a shared machine's
+    slow spells then fall on both)."""
+    _cpu(before, datas), _cpu(after, datas)  # warm up
+    times: tuple[list[float], list[float]] = ([], [])
+    for _ in range(repeats):
+        times[0].append(_cpu(before, datas))
+        times[1].append(_cpu(after, datas))
+    return min(times[0]), min(times[1])
 
 
 def main(out: Path, ref: str, paths: list[str]) -> dict:
@@ -52,7 +58,7 @@ def main(out: Path, ref: str, paths: list[str]) -> dict:
     files = sorted(f for p in map(Path, paths) for f in ([p] if p.is_file() else p.rglob("*.pdf")))
     datas = [f.read_bytes() for f in files]
     pages = sum(len(pdfium.PdfDocument(d)) for d in datas)
-    before, after = _best_cpu(_before(ref), datas), _best_cpu(convert_pdf, datas)
+    before, after = _best_cpu(_before(ref), convert_pdf, datas)
     result = {"machine": machine(), "files": len(files), "pages": pages, "before_ref": ref,
               "before_pages_per_cpu_s": round(pages / before, 1), "after_pages_per_cpu_s": round(pages / after, 1),
               "after_over_before_cpu": round(after / before, 3),

@@ -85,6 +85,7 @@ def mark_outline(lines: list[Line], bookmarks: list[tuple[str, int, float]]) -> 
     or two) within OUTLINE_REACH points of the bookmark's top. The heading takes the bookmark's title."""
     from difflib import SequenceMatcher
 
+    keys = [_key(line.text) for line in lines] if bookmarks else []
     for title, level, top in bookmarks:
         wanted, best = _key(title), None
         for i in range(len(lines)):
@@ -93,7 +94,7 @@ def mark_outline(lines: list[Line], bookmarks: list[tuple[str, int, float]]) -> 
             near = top == float("inf") or abs(lines[i].top - top) <= OUTLINE_REACH
             joined = ""
             for j in range(i, min(i + 3, len(lines))):
-                joined += _key(lines[j].text)
+                joined += keys[j]
                 alike = 1.0 if joined == wanted else (
                     SequenceMatcher(None, joined, wanted).ratio() if near and abs(len(joined) - len(wanted)) <= 4 else 0)
                 distance = abs(lines[i].top - top) if top != float("inf") else i
@@ -266,7 +267,8 @@ def convert_pdf(data: bytes, source: str, passwords_env: str, ocr: bool, ocr_dpi
             if sum(len(line.text.strip()) for line in lines) >= MIN_TEXT_CHARS or not ocr or not _has_image(page):
                 mark_outline(lines, outline.get(index, []))
                 tables[id(lines)] = page_tables(lines, found, lambda some: locate_gaps(textpage, some))
-                mark_links(document, page, index, lines)
+                if any(line.heading > 0 for line in lines):  # a menu matters only under a heading
+                    mark_links(document, page, index, lines)
                 pages.append(lines)  # a text page, or a blank one: nothing to OCR
             else:
                 from kbflow.convert.formats.ocr import ocr_text

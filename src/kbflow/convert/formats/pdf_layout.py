@@ -212,21 +212,19 @@ class Rule:
         return self.top - self.bottom <= RULE_THICKNESS
 
 
-def _objects(raw, page, depth: int = 2):
-    """The page's objects, and those inside form XObjects down to ``depth``, as raw handles."""
-    for index in range(raw.FPDFPage_CountObjects(page)):
-        obj = raw.FPDFPage_GetObject(page, index)
-        yield obj
-        if depth and raw.FPDFPageObj_GetType(obj) == raw.FPDF_PAGEOBJ_FORM:
-            yield from _form_objects(raw, obj, depth - 1)
-
-
-def _form_objects(raw, form, depth: int):
-    for index in range(raw.FPDFFormObj_CountObjects(form)):
-        obj = raw.FPDFFormObj_GetObject(form, index)
-        yield obj
-        if depth and raw.FPDFPageObj_GetType(obj) == raw.FPDF_PAGEOBJ_FORM:
-            yield from _form_objects(raw, obj, depth - 1)
+def _paths(raw, count, get, handle, depth: int = 2) -> list:
+    """The path objects among ``count(handle)`` objects (a page's or a form's), and inside their form XObjects
+    down to ``depth``, as raw handles."""
+    paths = []
+    path_type, form_type, get_type = raw.FPDF_PAGEOBJ_PATH, raw.FPDF_PAGEOBJ_FORM, raw.FPDFPageObj_GetType
+    for index in range(count(handle)):
+        obj = get(handle, index)
+        kind = get_type(obj)
+        if kind == path_type:
+            paths.append(obj)
+        elif kind == form_type and depth:
+            paths += _paths(raw, raw.FPDFFormObj_CountObjects, raw.FPDFFormObj_GetObject, obj, depth - 1)
+    return paths
 
 
 def page_rules(page) -> list[Rule]:
@@ -238,9 +236,7 @@ def page_rules(page) -> list[Rule]:
     rules = []
     fill, stroke = ctypes.c_int(), ctypes.c_int()
     left_, bottom_, right_, top_ = (ctypes.c_float() for _ in range(4))
-    for obj in _objects(raw, page.raw):
-        if raw.FPDFPageObj_GetType(obj) != raw.FPDF_PAGEOBJ_PATH:
-            continue
+    for obj in _paths(raw, raw.FPDFPage_CountObjects, raw.FPDFPage_GetObject, page.raw):
         raw.FPDFPageObj_GetBounds(obj, left_, bottom_, right_, top_)
         left, bottom, right, top = left_.value, bottom_.value, right_.value, top_.value
         width, height = right - left, top - bottom

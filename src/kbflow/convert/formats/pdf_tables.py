@@ -4,8 +4,9 @@ Ruled: the page's ruling lines that touch one another form a grid; its horizonta
 vertical rules the columns, and each piece of text goes to the cell its centre falls in (a line that crosses a
 vertical rule is cut at the space the rule passes through). Unruled: consecutive lines that each hold two or
 more cells (pieces of text apart by more than a word gap) and whose cells line up in columns; a line with text
-only right of the first column continues the row above (a wrapped description). Monospace lines are code, not
-tables, and a first column of long text is a two-column page, not a table.
+only right of the first column continues the row above (a wrapped description). A table starts with a row not
+all in a monospace font (code is not a table) and its rows stay all code or all not; bullets beside text are a
+list, and a first column of long text is a two-column page.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Callable
 
 from kbflow.convert.formats.pdf_layout import CELL_GAP_EM, NUMBERED_RE, Line, Rule, Segment
 
+BUCKET = 64.0  # points: the side of the squares rules are looked up by
 SNAP = 3.0  # points: rules closer than this are one boundary (separate cell borders, outer and inner borders)
 ROW_GAP_EM = 4.0  # an unruled table's rows are at most this many font sizes apart
 HEADING_SIZE = 1.15  # a line in a font this much larger than the table's first row is a heading after it
@@ -48,19 +50,31 @@ def _snap(values: list[float]) -> list[float]:
 
 
 def _components(rules: list[Rule]) -> list[list[Rule]]:
-    """Rules that touch (within SNAP), grouped: each group is one table's grid."""
-    groups: list[tuple[list[float], list[Rule]]] = []
-    for rule in sorted(rules, key=lambda r: (-r.top, r.left)):
-        touching = [g for g in groups if rule.left <= g[0][2] + SNAP and rule.right >= g[0][0] - SNAP
-                    and rule.bottom <= g[0][3] + SNAP and rule.top >= g[0][1] - SNAP]
-        box = [rule.left, rule.bottom, rule.right, rule.top]
-        members = [rule]
-        for group in touching:
-            groups.remove(group)
-            members += group[1]
-            box = [min(box[0], group[0][0]), min(box[1], group[0][1]), max(box[2], group[0][2]), max(box[3], group[0][3])]
-        groups.append((box, members))
-    return [members for _box, members in groups]
+    """Rules that touch (within SNAP), transitively, grouped: each group is one table's grid. Rules are found
+    through a grid of BUCKET-point squares, so a page of many short rules costs no more than it holds."""
+    parent = list(range(len(rules)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    buckets: dict[tuple[int, int], list[int]] = {}
+    for i, rule in enumerate(rules):
+        for x in range(int((rule.left - SNAP) // BUCKET), int((rule.right + SNAP) // BUCKET) + 1):
+            for y in range(int((rule.bottom - SNAP) // BUCKET), int((rule.top + SNAP) // BUCKET) + 1):
+                bucket = buckets.setdefault((x, y), [])
+                for j in bucket:
+                    other = rules[j]
+                    if rule.left <= other.right + SNAP and rule.right >= other.left - SNAP \
+                            and rule.bottom <= other.top + SNAP and rule.top >= other.bottom - SNAP:
+                        parent[root(i)] = root(j)
+                bucket.append(i)
+    groups: dict[int, list[Rule]] = {}
+    for i, rule in enumerate(rules):
+        groups.setdefault(root(i), []).append(rule)
+    return list(groups.values())
 
 
 def _ends_on(rule: Rule, others: dict[int, list[Rule]], horizontal: bool) -> bool:
@@ -141,7 +155,8 @@ class _Row:
     bottom: float
     top: float
     size: float
-    multi: bool
+    multi: bool  # cells in two columns or more
+    mono: bool = False  # every cell in a monospace font
 
 
 def _visual_rows(lines: list[Line], skip: set[int]) -> list[_Row]:
@@ -158,9 +173,10 @@ def _visual_rows(lines: list[Line], skip: set[int]) -> list[_Row]:
         if last is not None and last.cells and abs(last.bottom - line.bottom) < 0.3 * line.em:
             last.cells = sorted(last.cells + cells, key=lambda c: c.left)  # another run on the same baseline
             last.lines.append(index)
-            last.multi = len(last.cells) >= 2 and not all(lines[i].mono for i in last.lines)
+            last.multi = len(last.cells) >= 2
+            last.mono = all(lines[i].mono for i in last.lines)
         else:
-            rows.append(_Row(cells, [index], line.bottom, line.top, line.em, len(cells) >= 2 and not line.mono))
+            rows.append(_Row(cells, [index], line.bottom, line.top, line.em, len(cells) >= 2, line.mono))
     return rows
 
 
@@ -232,7 +248,7 @@ def aligned_tables(lines: list[Line], skip: set[int], locate: Callable[[list[Lin
                                           for k in row.lines)
     tables, i = [], 0
     while i < len(rows):
-        if not rows[i].multi:
+        if not rows[i].multi or rows[i].mono:  # a table starts with a row not all code (its header, mostly)
             i += 1
             continue
         run, j, single = [rows[i]], i + 1, 0
@@ -242,6 +258,9 @@ def aligned_tables(lines: list[Line], skip: set[int], locate: Callable[[list[Lin
                 break
             if any(lines[k].heading for k in row.lines) or row.size > HEADING_SIZE * run[0].size:
                 break  # a heading ends a table
+            first_body = next((r for r in run[1:] if r.multi), None)
+            if row.multi and first_body is not None and row.mono != first_body.mono:
+                break  # code after a table of text, or text after a table of code
             single = 0 if row.multi else single + 1
             if single > WRAPPED_LINES:  # more lines than a wrapped cell holds: the table has ended
                 break
