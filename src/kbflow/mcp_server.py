@@ -29,13 +29,14 @@ from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.mcpserver.tools.base import Tool
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from kbflow import __version__, api
 from kbflow.config import KbConfig, check_namespace
 from kbflow.errors import ConfigError, KbflowError
 from kbflow.kb import KnowledgeBase
 from kbflow.convert.web import suffix_for
+from kbflow.mcp_results import Answer, NamespaceStats, SearchResults, WriteResult, write_result
 from kbflow.mcp_http import FULL, GRANT_KEY, NO_AUTH_FLAG, TOKEN_ENV, Gate, Grant, TokenTable, allowed_hosts, is_loopback
 from kbflow.sources import confine, kind_of
 from kbflow.sources.upload import check_name
@@ -50,24 +51,6 @@ INSTRUCTIONS = (
 Mode = Literal["hybrid", "vector", "bm25", "rerank", "graph"]
 NamespaceArg = Annotated[str | None, Field(
     description="The namespace to use (see list_namespaces). Empty: the server's default namespace.")]
-
-
-class Passage(BaseModel):
-    """One search hit."""
-
-    chunk_id: str = Field(description="The passage's id (stable while its document is unchanged).")
-    doc_id: str = Field(description="Its document's id; pass it in doc_ids to search within that document.")
-    source_path: str = Field(description="The file (or page) it comes from, as stored.")
-    heading_path: list[str] = Field(description="The headings its section sits under, outermost first.")
-    score: float = Field(description="Higher is better; the scale depends on the mode.")
-    text: str = Field(description="The passage itself.")
-    path: list[str] | None = Field(None, description="graph mode: how the graph reached this passage.")
-
-
-class SearchResults(BaseModel):
-    """What search returns as structured content (the same hits also come as one JSON text block each)."""
-
-    hits: list[Passage]
 
 
 MAX_DOC_IDS = 1000  # a search's doc_ids filter: more is refused with this limit named
@@ -125,7 +108,7 @@ class Tools:
             raise ToolError("this token is read-only: writes are refused (ask the server's operator for a "
                             "read-write token)")
 
-    def _write(self, namespace: str | None, grant: Grant, operation) -> dict:
+    def _write(self, namespace: str | None, grant: Grant, operation) -> WriteResult:
         self._check_writable(grant)
         kb = self._kb(namespace, grant, existing=False)
         with self._writes[kb.namespace]:
@@ -133,7 +116,7 @@ class Tools:
                 summary = operation(kb)
             except KbflowError as exc:
                 raise ToolError(str(exc)) from None
-        return {key: summary.get(key) for key in ("namespace", "run_id", "documents", "chunks", "failures")}
+        return write_result(summary)
 
     def search(self, query: Annotated[str, Field(min_length=1, description="What to look for, in words (a "
                                                   "question or keywords), in any language the documents use.")],
@@ -172,20 +155,20 @@ class Tools:
             agentic: Annotated[bool, Field(description="Let the question choose its retrieval (one search, parallel "
                                                        "searches for a comparison, several hops, a rewritten query); "
                                                        "the rounds come back as 'trace'.")] = False,
-            ctx: Context | None = None) -> dict:
+            ctx: Context | None = None) -> Answer:
         """Answer a question from the namespace's passages with the server's chat model: the answer cites its
-        sources as [1], [2] and lists them (path, heading). An error when the server has no chat model: then use
-        search and answer from the passages yourself."""
+        sources as [1], [2] and lists them (number, document, path, heading, chunk, score). An error when the
+        server has no chat model: then use search and answer from the passages yourself."""
         kb = self._kb(namespace, grant_of(ctx))
         try:
-            return kb.ask(question, mode=mode, source_glob=source_glob, agentic=agentic)
+            return Answer.model_validate(kb.ask(question, mode=mode, source_glob=source_glob, agentic=agentic))
         except KbflowError as exc:
             raise ToolError(str(exc)) from None
 
     def add_text(self, text: Annotated[str, Field(min_length=1, description="The text (Markdown is fine).")],
                  doc_id: Annotated[str, Field(min_length=1, description="Your id for this document; adding "
                                               "another text with the same id replaces it.")],
-                 namespace: NamespaceArg = None, ctx: Context | None = None) -> dict:
+                 namespace: NamespaceArg = None, ctx: Context | None = None) -> WriteResult:
         """Add a text to the knowledge base as a document (created with the namespace if new). Returns the run
         summary: documents new/changed/unchanged, chunks embedded, failures."""
         if len(text.encode("utf-8")) > self.inline_bytes:
@@ -201,7 +184,7 @@ class Tools:
                      content: Annotated[str | None, Field(description="Inline text content (with filename).")] = None,
                      content_base64: Annotated[str | None, Field(
                          description="Inline binary content, base64 (with filename), e.g. a PDF.")] = None,
-                     namespace: NamespaceArg = None, ctx: Context | None = None) -> dict:
+                     namespace: NamespaceArg = None, ctx: Context | None = None) -> WriteResult:
         """Add or update a document: a path on the server's machine (under the folders it allows), a URL (under
         the sources it allows), or content sent inline with a file name (up to the server's inline limit). Only
         new or changed files are converted and embedded; the namespace's other documents stay. A file whose text
@@ -233,7 +216,7 @@ class Tools:
             raise ToolError(f"content_base64 is not valid base64 ({exc})") from None
         return self._write(namespace, grant, lambda kb: kb.add_upload(name, data))
 
-    def _add_source(self, source: str, namespace: str | None, grant: Grant) -> dict:
+    def _add_source(self, source: str, namespace: str | None, grant: Grant) -> WriteResult:
         """A client's path or URL, checked at the trust boundary before anything is read (``kbflow.sources``:
         the same rule for a path and a ``file://`` URL): an http(s) URL is fetched here (each redirect checked,
         size-limited) and added under the page's identity; a path is added with its walk confined to the roots."""
@@ -257,17 +240,17 @@ class Tools:
                 "MB (mcp.max_inline_mb, default convert.max_file_mb); add the file by path under an allowed root "
                 "instead")
 
-    def stats(self, namespace: NamespaceArg = None, ctx: Context | None = None) -> dict:
+    def stats(self, namespace: NamespaceArg = None, ctx: Context | None = None) -> NamespaceStats:
         """Documents, chunks, embedding model, store size and last run of a namespace."""
         kb = self._kb(namespace, grant_of(ctx))
-        return kb.stats()
+        return NamespaceStats.model_validate(kb.stats())
 
-    def list_namespaces(self, ctx: Context | None = None) -> list[dict]:
+    def list_namespaces(self, ctx: Context | None = None) -> list[NamespaceStats]:
         """The namespaces this server can use, with their documents, chunks, model and last run."""
         grant = grant_of(ctx)
         found = api.namespaces(self.config)
-        return [row for row in found if (not self.allowed or row["namespace"] in self.allowed)
-                and grant.allows(row["namespace"])]
+        return [NamespaceStats.model_validate(row) for row in found
+                if (not self.allowed or row["namespace"] in self.allowed) and grant.allows(row["namespace"])]
 
 
 def _warm_up(tools: Tools) -> None:

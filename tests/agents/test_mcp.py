@@ -59,13 +59,19 @@ def test_stdio_tools_write_search_and_answer_reads_while_a_write_runs(tmp_path):
             assert "graph" in tools["search"].input_schema["properties"]["mode"]["anyOf"][0]["enum"]
             assert tools["ask"].input_schema["properties"]["agentic"]["default"] is False
             assert tools["search"].annotations.read_only_hint and not tools["add_text"].annotations.read_only_hint
+            # every tool declares what it returns: an agent reads fields, not prose
+            assert all(tool.output_schema for tool in tools.values())
+            assert set(tools["ask"].output_schema["$defs"]["Source"]["required"]) == {
+                "n", "doc_id", "source_path", "heading_path", "chunk_id", "score"}
+            assert {"documents", "chunks", "failures"} <= set(tools["add_text"].output_schema["required"])
 
             missing = await client.call_tool("search", {"query": "tea"})
             assert missing.is_error and "does not exist" in missing.content[0].text  # names the fix, no crash
 
-            added = _data(await client.call_tool("add_text", {"text": "Green tea is brewed at 80 degrees.",
-                                                              "doc_id": "tea"}))
+            result = await client.call_tool("add_text", {"text": "Green tea is brewed at 80 degrees.", "doc_id": "tea"})
+            added = _data(result)
             assert added["documents"]["new"] == 1 and added["failures"] == []
+            assert result.structured_content == added and added["chunks"]["embedded"] == 1
             found = await client.call_tool("search", {"query": "how hot should water for tea be", "limit": 3})
             hits = _data(found)
             hits = hits if isinstance(hits, list) else [hits]
@@ -87,10 +93,14 @@ def test_stdio_tools_write_search_and_answer_reads_while_a_write_runs(tmp_path):
                     while not marker.exists():
                         await anyio.sleep(0.2)
                 # the write stands inside its store write: reads are still answered
-                stats = _data(await client.call_tool("stats", {}))
-                assert stats["documents"] == 1 and "add" not in done
-                listed = _data(await client.call_tool("list_namespaces", {}))
+                result = await client.call_tool("stats", {})
+                stats = _data(result)
+                assert stats["documents"] == 1 and "add" not in done and result.structured_content == stats
+                assert stats["last_run"]["chunks"]["embedded"] == 1 and stats["model_id"].startswith("st:")
+                result = await client.call_tool("list_namespaces", {})
+                listed = _data(result)
                 assert (listed if isinstance(listed, list) else [listed])[0]["namespace"] == "default"
+                assert result.structured_content["result"] == (listed if isinstance(listed, list) else [listed])
                 marker.unlink()
             assert done["add"]["documents"]["new"] == 4
 
@@ -118,6 +128,32 @@ def test_stdio_tools_write_search_and_answer_reads_while_a_write_runs(tmp_path):
             assert _data(await client.call_tool("stats", {}))["documents"] == 6  # and the server is still up
 
     anyio.run(session)
+
+
+def test_ask_over_stdio_returns_the_answer_and_each_cited_source_as_fields(tmp_path):
+    """ask with a chat model behind the OpenAI wire format (a local stand-in server): the structured content
+    holds the answer and, for each source, its number, document, path, heading path, chunk and score."""
+    from kbflow.testing.fake_services import FakeServices
+
+    config = _config(tmp_path)
+    subprocess.run([KBFLOW, "add-text", "Green tea is brewed at 80 degrees.", "--doc-id", "tea", "--config",
+                    str(config)], check=True, env=_env(), capture_output=True, timeout=600)
+    with FakeServices(key="test-key") as service:
+        service.chat_responder = lambda messages: "Brew it at 80 degrees [1]."
+        server = StdioServerParameters(command=KBFLOW, args=["mcp", "--config", str(config)], cwd=str(tmp_path),
+                                       env=_env(OPENAI_BASE_URL=service.url + "/v1", OPENAI_API_KEY=service.key))
+
+        async def session() -> None:
+            async with Client(server, read_timeout_seconds=300) as client:
+                result = await client.call_tool("ask", {"question": "How hot should the water for tea be?"})
+                answer = _data(result)
+                assert result.structured_content == answer
+                assert answer["answer"] == "Brew it at 80 degrees [1]." and answer["cited"] == [1]
+                source = answer["sources"][0]
+                assert source["n"] == 1 and source["source_path"] == "text:tea" and source["doc_id"]
+                assert source["chunk_id"] and isinstance(source["score"], float) and source["heading_path"] == []
+
+        anyio.run(session)
 
 
 def _free_port() -> int:

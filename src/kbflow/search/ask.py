@@ -62,7 +62,7 @@ def ask(searcher: Searcher, question: str, mode: str | None = None, where: Searc
     else:
         retrieved = searcher.search(question, mode=mode, limit=limit, where=where, expand=expand)
     hits = pack(chat, question, retrieved)
-    sources = [{"n": n, "source_path": hit.source_path, "heading_path": hit.heading_path, "chunk_id": hit.chunk_id,
+    sources = [{"n": n, "doc_id": hit.doc_id, "source_path": hit.source_path, "heading_path": hit.heading_path, "chunk_id": hit.chunk_id,
                 "score": round(hit.score, 6)} for n, hit in enumerate(hits, 1)]
     if not hits:
         return {"question": question, "answer": None, "sources": [], "cited": [], "unknown_citations": [],
