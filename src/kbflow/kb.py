@@ -11,9 +11,13 @@ from pathlib import Path
 
 from kbflow import api
 from kbflow.config import KbConfig, check_namespace
+from kbflow.errors import ConfigError
 from kbflow.search.ask import ask as ask_question
 from kbflow.search.searcher import Searcher
 from kbflow.stores import Hit, SearchFilter
+
+
+DOCUMENT_COLUMNS = ["chunk_id", "source_path", "ordinal", "heading_path", "text"]
 
 
 class KnowledgeBase:
@@ -61,6 +65,20 @@ class KnowledgeBase:
 
     def stats(self) -> dict:
         return api.stats(self.namespace, self.config)
+
+    def document(self, doc_id: str) -> dict:
+        """One document as a search can return it: its source path and its passages in order (heading path and
+        text each; neighbours may share a sentence of overlap, and a long table's pieces each repeat its caption
+        and header). Read from the store through a filter on ``doc_id``."""
+        store = self.searcher.store
+        rows: list[dict] = store.document_rows(doc_id, DOCUMENT_COLUMNS).to_pylist() if store is not None else []
+        if not rows:
+            raise ConfigError(f"document {doc_id!r} is not in namespace {self.namespace!r}; a search hit's doc_id "
+                              "names one that is")
+        rows.sort(key=lambda row: row["ordinal"])
+        return {"namespace": self.namespace, "doc_id": doc_id, "source_path": rows[0]["source_path"],
+                "passages": [{"chunk_id": row["chunk_id"], "heading_path": list(row["heading_path"] or []),
+                              "text": row["text"]} for row in rows]}
 
     def clear(self) -> dict:
         return self._written(api.clear(self.namespace, self.config))

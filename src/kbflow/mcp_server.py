@@ -25,7 +25,7 @@ from typing import Annotated, Literal
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
-from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError, UnexpectedToolError
 from mcp.server.mcpserver.tools.base import Tool
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
@@ -53,6 +53,7 @@ NamespaceArg = Annotated[str | None, Field(
     description="The namespace to use (see list_namespaces). Empty: the server's default namespace.")]
 
 
+DOCUMENT_URI = "kbflow://{namespace}/{doc_id}"
 MAX_DOC_IDS = 1000  # a search's doc_ids filter: more is refused with this limit named
 
 
@@ -245,12 +246,40 @@ class Tools:
         kb = self._kb(namespace, grant_of(ctx))
         return NamespaceStats.model_validate(kb.stats())
 
+    def document(self, namespace: str, doc_id: str, ctx: Context | None = None) -> str:
+        """A document of a namespace as Markdown: its source path, then its passages in order under their
+        headings (what search can return of it)."""
+        try:
+            found = self._kb(namespace or None, grant_of(ctx)).document(doc_id)
+        except (KbflowError, ToolError) as exc:  # a resource's failure reaches the client as a resource error
+            raise ResourceError(str(exc)) from None
+        parts = [f"<!-- {found['source_path']} ({found['namespace']}/{found['doc_id']}) -->"]
+        shown: list[str] = []
+        for passage in found["passages"]:
+            if passage["heading_path"] and passage["heading_path"] != shown:
+                shown = passage["heading_path"]
+                parts.append("#" * min(len(shown), 6) + " " + shown[-1])
+            parts.append(passage["text"])
+        return "\n\n".join(parts) + "\n"
+
     def list_namespaces(self, ctx: Context | None = None) -> list[NamespaceStats]:
         """The namespaces this server can use, with their documents, chunks, model and last run."""
         grant = grant_of(ctx)
         found = api.namespaces(self.config)
         return [NamespaceStats.model_validate(row) for row in found
                 if (not self.allowed or row["namespace"] in self.allowed) and grant.allows(row["namespace"])]
+
+
+def answer_with_citations(question: str, namespace: str = "") -> str:
+    """The instructions an agent follows to answer ``question`` from the knowledge base with citations."""
+    where = f" in namespace {namespace!r}" if namespace else ""
+    return (f"Answer this question from the kbflow knowledge base{where}: {question}\n\n"
+            f"1. Call the `search` tool{where} with the question (and again with other words if the first "
+            "passages do not answer it; mode bm25 finds exact names, error codes and keys).\n"
+            "2. Answer only from the passages returned. Number the passages you use [1], [2], ... and cite every "
+            "claim with its passage's number.\n"
+            "3. End with the sources: for each number, its source_path and heading_path.\n"
+            "4. If the passages do not answer the question, say so instead of guessing.")
 
 
 def _warm_up(tools: Tools) -> None:
@@ -329,6 +358,11 @@ def build_server(config: KbConfig, namespaces: list[str] | None = None, read_onl
         if hints is writing and read_only:
             continue
         server.tool(annotations=hints)(fn)
+    server.resource(DOCUMENT_URI, name="document", mime_type="text/markdown",
+                    description="A document of a namespace (doc_id from a search hit) as Markdown: its passages in "
+                    "order under their headings. Only namespaces the caller may read.")(tools.document)
+    server.prompt(name="answer_with_citations", description="Answer a question from this knowledge base: search "
+                  "it, answer only from the passages found, cite each claim as [n].")(answer_with_citations)
     manager = server._tool_manager  # the SDK has no hook for a tool class: each registered tool becomes ours
     for name, tool in manager._tools.items():
         manager._tools[name] = KbflowTool.model_construct(**{key: getattr(tool, key) for key in Tool.model_fields})

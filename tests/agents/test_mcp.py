@@ -111,6 +111,24 @@ def test_stdio_tools_write_search_and_answer_reads_while_a_write_runs(tmp_path):
             only = _data(await client.call_tool("search", {"query": "restore a backup",
                                                            "doc_ids": [hits[-1]["doc_id"]]}))
             assert {hit["doc_id"] for hit in (only if isinstance(only, list) else [only])} == {hits[-1]["doc_id"]}
+            # the document a hit came from, as a resource, and the prompt that says how to answer with citations
+            templates = (await client.list_resource_templates()).resource_templates
+            assert [t.uri_template for t in templates] == ["kbflow://{namespace}/{doc_id}"]
+            backups = next(hit for hit in hits if hit["source_path"] == "docs/backups.md")
+            read = await client.read_resource(f"kbflow://default/{backups['doc_id']}")
+            document = read.contents[0].text
+            assert document.startswith("<!-- docs/backups.md") and backups["text"] in document
+            missing_doc = None
+            try:
+                await client.read_resource("kbflow://default/0000")
+            except Exception as exc:  # noqa: BLE001 - the SDK raises the server's error for a failed read
+                missing_doc = str(exc)
+            assert missing_doc and "not in namespace" in missing_doc
+            prompts = {prompt.name for prompt in (await client.list_prompts()).prompts}
+            assert prompts == {"answer_with_citations"}
+            prompt = await client.get_prompt("answer_with_citations", {"question": "How do I restore?"})
+            assert "How do I restore?" in prompt.messages[0].content.text and "[n]" not in prompt.messages[0].content.text
+
             inline = _data(await client.call_tool("add_document", {
                 "filename": "coffee.md", "content_base64": base64.b64encode(b"# Coffee\n\nBrew at 93 C.\n").decode()}))
             assert inline["documents"]["new"] == 1
@@ -189,6 +207,15 @@ def test_streamable_http_read_only_server_offers_only_reads(tmp_path):
                 assert (hits if isinstance(hits, list) else [hits])[0]["source_path"] == "text:fish"
                 other = await client.call_tool("stats", {"namespace": "default"})
                 assert other.is_error and "not served" in other.content[0].text
+                hit = (hits if isinstance(hits, list) else [hits])[0]
+                own = await client.read_resource(f"kbflow://notes/{hit['doc_id']}")
+                assert "Zebrafish regrow their fins." in own.contents[0].text
+                refused = None
+                try:  # a namespace this server does not serve: refused, whatever the document
+                    await client.read_resource(f"kbflow://default/{hit['doc_id']}")
+                except Exception as exc:  # noqa: BLE001 - the SDK raises the server's error for a failed read
+                    refused = str(exc)
+                assert refused and "not served" in refused
 
         anyio.run(session)
     finally:

@@ -129,6 +129,13 @@ def test_vector_search_exact_score_is_cosine(store):
     assert hit.chunk_id == chunk_id and hit.score == pytest.approx(1.0, abs=1e-5)
 
 
+def test_one_documents_rows_are_read_through_a_filter(store):
+    found = store.document_rows("c", ["chunk_id", "ordinal", "text", "heading_path"]).sort_by("ordinal").to_pylist()
+    assert [row["text"] for row in found] == list(TEXTS["c"][2]) and found[0]["heading_path"] == ["Backup", "tar"]
+    assert store.document_rows("nope", ["chunk_id"]).num_rows == 0
+    assert store.document_rows("c'; --", ["chunk_id"]).num_rows == 0  # a quote in an id is data, not SQL
+
+
 def test_upsert_delete_and_stats(store):
     assert store.stats()["rows"] == 6 and store.stats()["documents"] == 3
     changed = rows("b", seed=1).to_pylist()

@@ -97,6 +97,9 @@ class Store(Protocol):
     def rows(self, columns: list[str] | None = None) -> pa.Table:
         """Every row sorted by chunk id (verification and tests)."""
 
+    def document_rows(self, doc_id: str, columns: list[str]) -> pa.Table:
+        """One document's rows (its chunks), in no particular order; read through a filter, not a scan of all."""
+
     def count(self) -> int: ...
 
     def chunk_ids(self) -> pa.Table:

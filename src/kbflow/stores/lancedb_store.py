@@ -701,6 +701,12 @@ class LanceStore:
             table = self.table.to_arrow().sort_by("chunk_id")
         return table.select(columns) if columns else table
 
+    def document_rows(self, doc_id: str, columns: list[str]) -> pa.Table:
+        if not self.exists():
+            return store_schema(self.dimension).empty_table().select(columns)
+        with self._reading():
+            return self.table.search().where(f"doc_id = {sql_str(doc_id)}").select(columns).limit(None).to_arrow()
+
     def size_bytes(self) -> int:
         return storage.tree_bytes(storage.location(f"{self.uri.rstrip('/')}/{self.table_name}.lance"))
 

@@ -345,11 +345,12 @@ class QdrantStore:
         return {"rows": self.count(), "documents": len(docs), "bytes": self.size_bytes(),
                 "indexes": {"vector": {"type": kind}, SPARSE: {"type": "sparse, IDF modifier"}} if self.exists() else {}}
 
-    def _scroll(self, with_vectors, payload=True):
+    def _scroll(self, with_vectors, payload=True, where=None):
         offset = None
         while self.exists():
             records, offset = self.client.scroll(self.collection, limit=SCROLL_PAGE, offset=offset,
-                                                 with_payload=payload, with_vectors=with_vectors)
+                                                 with_payload=payload, with_vectors=with_vectors,
+                                                 scroll_filter=where)
             yield from records
             if offset is None:
                 break
@@ -366,6 +367,12 @@ class QdrantStore:
                     "vector": r.vector[""] if isinstance(r.vector, dict) else r.vector} for r in self._scroll([""])]
         table = pa.Table.from_pylist(records, schema=schema).sort_by("chunk_id")
         return table.select(columns) if columns else table
+
+    def document_rows(self, doc_id: str, columns: list[str]) -> pa.Table:
+        schema = store_schema(self.dimension)
+        records = [{key: r.payload[key] for key in columns}
+                   for r in self._scroll(False, payload=list(columns), where=self._doc_filter([doc_id]))]
+        return pa.Table.from_pylist(records, schema=pa.schema([schema.field(key) for key in columns]))
 
     def size_bytes(self) -> int:
         if self.location.startswith(("http://", "https://")) or self.location == ":memory:":
