@@ -233,7 +233,7 @@ def test_an_agent_adds_a_document_to_a_knowledge_base_in_a_bucket_and_qdrant_loc
     tools = Tools(config, namespaces=[], read_only=False, policy=SourcePolicy(), inline_bytes=inline_limit(config))
     monkeypatch.chdir(tmp_path)
     added = tools.add_document(path=None, filename="coffee.md", content="# Coffee\n\nBrew at 93 C for two minutes.\n")
-    assert added["documents"]["new"] == 1 and added["documents"]["failed"] == 0
+    assert added.documents.new == 1 and added.documents.failed == 0
     keys = [o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix="kb/mcp-inbox/")["Contents"]]
     assert keys == ["kb/mcp-inbox/default/coffee.md"]
     assert not any(tmp_path.iterdir())  # nothing on the local disk

@@ -134,9 +134,12 @@ def bench_search(
                                           "(e.g. 1,6): a real `kbflow mcp --http` server, that many MCP sessions "
                                           "calling search at once, round trip p50/p95/p99 per count beside "
                                           "KnowledgeBase.search in process (kbflow.bench.mcp_clients)."),
+    cold: bool = typer.Option(False, "--cold", help="With --sample: a fresh `kbflow mcp` per round, timed from the "
+                              "spawn to initialize, the first search and the exit after stdin closes (stdio), and "
+                              "to the port listening and the first search (HTTP) (kbflow.bench.mcp_cold)."),
     calls: int = typer.Option(10, "--calls", min=1, help="With --clients: search calls per client per round."),
     rounds: int = typer.Option(3, "--rounds", min=1, help="With --clients: rounds, each timing in-process search "
-                               "and every client count in turn."),
+                               "and every client count in turn; with --cold: fresh servers started."),
     config: Optional[Path] = ConfigOpt,
     as_json: bool = JsonOpt,
 ) -> None:
@@ -145,6 +148,19 @@ def bench_search(
     --clients, MCP search over HTTP with several clients at once."""
     from kbflow.bench.search import bench_search as run_bench
 
+    if cold:
+        if sample is None:
+            raise typer.BadParameter("--cold needs --sample (the folder the server searches)", param_hint="--cold")
+        from kbflow.bench.mcp_cold import bench_mcp_cold
+
+        def show_cold(result: dict) -> None:
+            for transport in ("stdio", "http"):
+                out.print(f"{transport}: " + ", ".join(f"{key} {value}" for key, value
+                                                        in result[transport]["median"].items()), highlight=False)
+
+        run_and_report(lambda: bench_mcp_cold(sample, out_file, rounds, work_dir, config), as_json, show_cold,
+                       out_file)
+        return
     if clients is not None:
         if sample is None:
             raise typer.BadParameter("--clients needs --sample (the folder the server searches)",
