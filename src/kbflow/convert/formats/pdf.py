@@ -1,10 +1,12 @@
 """PDF through PDFium (pypdfium2, Apache-2.0/BSD): the text layer page by page, OCR for pages without one.
 
 Structure comes from the page geometry (``pdf_layout``): tables, ruled or unruled, become Markdown tables
-(``pdf_tables``); headings come from the document outline (bookmarks) where the PDF has one, otherwise a line
-in a font larger than the body text is a heading (its level by size rank), and so is a numbered line in bold
-or a larger font that stands on its own (``3.1.2 Hydro network``, its level by the depth of its number); a
-vertical gap or a font change ends a paragraph. Document furniture is dropped first
+(``pdf_tables``), one across page breaks, a caption below moved above; headings come from the document outline
+(bookmarks) where the PDF has one, unless the lines under one are a menu's links. Otherwise a numbered line in
+bold or a larger font that stands on its own is a heading (``3.1.2 Hydro network``, its level by the depth of
+its number), and so is a line in a font larger than the body's (its level by size rank) — with numbered
+headings in the document, only in a font larger than theirs (a title). A vertical gap or a font change ends a
+paragraph. Document furniture is dropped first
 (``kbflow.convert.furniture``): running headers and footers, page numbers, dot-leader tables of contents,
 back-of-book indexes.
 """
@@ -30,8 +32,8 @@ FPDF_ERR_PASSWORD = 4
 MIN_TEXT_CHARS = 8  # a page with fewer visible characters than this has no text layer worth the name
 NUMBERED_MAX_CHARS = 90
 CAPTION_RE = re.compile(r"(?:Table|Tab\.|表)\s*[0-9A-Z]")  # a table's caption, as the chunker knows one
-NUMBERED_MIN = 3
-MENU_LINES, MENU_SHARE = 8, 0.6  # a heading over lines of which this share (of the next MENU_LINES) are links  # numbered headings in a document for numbering to decide its headings
+NUMBERED_MIN = 3  # numbered headings in a document for numbering to decide its headings
+MENU_LINES, MENU_SHARE = 8, 0.6  # a heading over lines of which this share (of the next MENU_LINES) are links
 OUTLINE_KEY_RE = re.compile(r"\W+")
 OUTLINE_MATCH = 0.75  # a line this alike a bookmark's title (difflib ratio of letters and digits) is its heading
 OUTLINE_REACH = 48.0  # points between a bookmark's destination and the line it names, when not the same text
