@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 CELL_GAP_EM = 0.6  # a space wider than this many font sizes separates two cells, not two words
@@ -109,7 +110,7 @@ class _Boxes:
         return round(self.raw.FPDFText_GetFontSize(self.page, index), 1)
 
 
-def page_lines(textpage, rule_xs: list[float] = ()) -> list[Line]:  # type: ignore[assignment]
+def page_lines(textpage, rule_xs: Sequence[float] = ()) -> list[Line]:
     """The page's lines, each with the gaps that may part two cells: wider than a word gap (CELL_GAP_EM), or
     crossed by a vertical rule at one of ``rule_xs``, with the character each starts at (a bisection of the
     line); and narrower ones down to NARROW_GAP_EM, whose character ``locate_gaps`` finds while the text page

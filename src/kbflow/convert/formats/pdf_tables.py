@@ -25,8 +25,8 @@ ROW_GAP_EM = 4.0  # an unruled table's rows are at most this many font sizes apa
 HEADING_SIZE = 1.15  # a line in a font this much larger than the table's first row is a heading after it
 WRAPPED_LINES = 8  # lines in a row of an unruled table beside its line with cells in two columns or more
 ALIGNED_SHARE = 0.8  # of an unruled table's rows below the first, at least this share start every cell in a column
-FIRST_COLUMN_MAX_CHARS = 40
-LIST_MARKER_RE = re.compile(r"(?:[•◦▪▫‣⁃∙·●○■□–—*+-]\s*)+|\(?(?:\d{1,3}|[a-zA-Z]|[ivxIVX]{1,5})[.)]")  # an unruled first column longer than this (median) is running text in two columns
+FIRST_COLUMN_MAX_CHARS = 40  # an unruled first column longer than this (median) is running text in two columns
+LIST_MARKER_RE = re.compile(r"(?:[•◦▪▫‣⁃∙·●○■□–—*+-]\s*)+|\(?(?:\d{1,3}|[a-zA-Z]|[ivxIVX]{1,5})[.)]")  # a bullet or item number
 
 
 @dataclass
@@ -40,13 +40,8 @@ class Table:
 
 
 def _snap(values: list[float]) -> list[float]:
-    clusters: list[list[float]] = []
-    for value in sorted(values):
-        if clusters and value - clusters[-1][-1] <= SNAP:
-            clusters[-1].append(value)
-        else:
-            clusters.append([value])
-    return [statistics.fmean(cluster) for cluster in clusters]
+    """Boundaries: values within SNAP of their neighbour merged into their mean."""
+    return [statistics.fmean(cluster) for cluster in _snap_by(values, SNAP)]
 
 
 def _components(rules: list[Rule]) -> list[list[Rule]]:
