@@ -15,9 +15,9 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from kbflow.flows.ingest import ingest
 from kbflow.config import KbConfig
-from kbflow.deploy import (BackfillRequest, backfill_targets, changed_since, check_served_sources, load_served_config,
+from kbflow.ops.deploy import (BackfillRequest, backfill_targets, changed_since, check_served_sources, load_served_config,
                            sources_of)
-from kbflow.errors import KbflowError, PermanentError
+from kbflow.core.errors import KbflowError, PermanentError
 from kbflow.tasks.runners import with_task_runner
 from kbflow.tasks.runs import completed_from_deployment
 
@@ -45,7 +45,7 @@ def backfill(request: BackfillRequest = BackfillRequest()) -> dict:
     outcomes: dict[str, dict] = {}
     todo: list[tuple[str, list[str], list[str]]] = []
     for schedule in targets:
-        # every namespace's sources checked against deploy.source_roots before any is read (kbflow.trust); a
+        # every namespace's sources checked against deploy.source_roots before any is read (kbflow.core.trust); a
         # namespace refused here fails alone, the others go on
         try:
             sources, allowed = check_served_sources(config, sources_of(config, schedule))

@@ -14,8 +14,8 @@ from prefect.schedules import Cron
 from prefect.utilities.callables import ParameterSchema
 
 from kbflow.config import KbConfig
-from kbflow.deploy import CONFIGS_DIR_ENV, config_names, offer_config_names
-from kbflow.errors import ConfigError
+from kbflow.ops.deploy import CONFIGS_DIR_ENV, config_names, offer_config_names
+from kbflow.core.errors import ConfigError
 from kbflow.flows.backfill import backfill
 from kbflow.flows.ingest_request import ingest_request
 from kbflow.flows.reembed import reembed

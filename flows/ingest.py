@@ -16,7 +16,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from kbflow.engine.ingest import IngestJob, new_run_id
 from kbflow.engine.ingest import ingest as run_engine_ingest
 from kbflow.config import KbConfig, check_namespace, load_config
-from kbflow.deploy import config_path as config_file
+from kbflow.ops.deploy import config_path as config_file
 from kbflow.tasks.artifacts import engine_logs_in_run, progress_artifact, publish_summary
 from kbflow.tasks.runs import one_run_per_namespace
 from kbflow.tasks.stages import PrefectRunner
@@ -62,7 +62,7 @@ def ingest(
     """Ingest files and folders (and/or literal texts) into a namespace; returns the run summary. The config is
     ``config`` (an object) or the YAML file ``config_path`` (or the defaults). The sources are the namespace's
     whole set of files (stored files no longer among them are removed) unless ``add_only``. ``roots``: folders
-    every file met in the walk must really lie under (sources someone else sent, checked by ``kbflow.trust``);
+    every file met in the walk must really lie under (sources someone else sent, checked by ``kbflow.core.trust``);
     ``uploads``: documents sent inline, already in the inbox (``kbflow.sources.upload``)."""
     settings = flow_config(config, config_path, data_dir)
     job = IngestJob(sources, namespace, texts or [], dry_run, force, allow_mass_delete, add_only,

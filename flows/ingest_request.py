@@ -3,7 +3,7 @@ this flow run: its task runs, progress, summary and failures artifacts and logs 
 started. A request that sets only some fields keeps the deployment's others (``kbflow.tasks.runs``). The run ends
 Failed when the ingest recorded failures (their messages are in the failures artifact), so schedules and CI
 notice. A form is someone else: its config must be one of the configs folder's and its sources must lie under
-``deploy.source_roots`` (``kbflow.deploy.check_served_sources``), or the run fails before reading anything.
+``deploy.source_roots`` (``kbflow.ops.deploy.check_served_sources``), or the run fails before reading anything.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from __future__ import annotations
 from prefect import flow, get_run_logger
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from kbflow.deploy import IngestRequest, check_served_sources, failed_documents_message, load_served_config
+from kbflow.ops.deploy import IngestRequest, check_served_sources, failed_documents_message, load_served_config
 from kbflow.engine.ingest import IngestJob
-from kbflow.errors import PermanentError
+from kbflow.core.errors import PermanentError
 from kbflow.flows.ingest import MAX_WORKERS, run_ingest
 from kbflow.tasks.runs import completed_from_deployment
 
@@ -28,7 +28,7 @@ def ingest_request(request: IngestRequest = IngestRequest()) -> dict:
     """Ingest one namespace as the request says; returns the run summary."""
     request = completed_from_deployment(request)
     config = load_served_config(request.config)  # only configs in the configs folder
-    # someone else's sources: each must lie under deploy.source_roots before anything is read (kbflow.trust)
+    # someone else's sources: each must lie under deploy.source_roots before anything is read (kbflow.core.trust)
     sources, roots = check_served_sources(config, request.sources or config.sources)
     get_run_logger().info("ingest request: namespace=%s sources=%s config=%s dry_run=%s force=%s",
                           request.namespace or config.namespace, sources, request.config,

@@ -2,7 +2,7 @@
 runs. Composition only.
 
 The parameters are the deployment's Run form: Prefect takes each one's description from the "Args:" section
-below, and the types (``kbflow.deploy``) give the form its titles, a drop-down of the embedder backends and the
+below, and the types (``kbflow.ops.deploy``) give the form its titles, a drop-down of the embedder backends and the
 namespace pattern, which the server checks too."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pydantic import Field
 from pydantic.json_schema import SkipJsonSchema
 
 from kbflow.config import KbConfig
-from kbflow.deploy import EmbedderModel, Namespace, load_served_config, served_config_path, served_policy
-from kbflow.trust import SourceRefused
+from kbflow.ops.deploy import EmbedderModel, Namespace, load_served_config, served_config_path, served_policy
+from kbflow.core.trust import SourceRefused
 from kbflow.engine.reembed import reembed as run_engine_reembed
 from kbflow.engine.reembed import target_embedder_config
 from kbflow.flows.ingest import flow_config
@@ -65,7 +65,7 @@ def reembed(namespace: Annotated[Namespace, _form("Namespace")],
             the new model must be at least as good.
         config: Python callers only (not in the Run form): a whole KbConfig object instead of config_path.
     """
-    if deployment.id is not None:  # a Run form or the API: someone else (kbflow.trust)
+    if deployment.id is not None:  # a Run form or the API: someone else (kbflow.core.trust)
         config_path, model, data_dir, eval_beir = checked_form(config, config_path, model, data_dir, eval_beir)
     settings = flow_config(config, config_path or None, data_dir or None)  # "" is the form's empty field
     target = settings.model_copy(update={"embedder": target_embedder_config(model)})

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from kbflow.config import load_config
-from kbflow.evaluate import load_beir
+from kbflow.engine.evaluate import load_beir
 from kbflow.search.agentic import Agent
 from kbflow.search.ask import ask
 from kbflow.search.searcher import Searcher

@@ -204,7 +204,7 @@ def cosine_section(limit: int, work: Path) -> dict:
 
 
 def paired_section(beir: Path, work: Path, resamples: int = 10_000) -> dict:
-    import kbflow.evaluate as evaluate
+    import kbflow.engine.evaluate as evaluate
     from kbflow import api
 
     captured: dict[str, dict] = {}

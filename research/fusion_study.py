@@ -30,7 +30,7 @@ def collect(sets: list[Path], backends: list[str], work: Path, depth: int, max_q
 
     from kbflow import api
     from kbflow.config import load_config
-    from kbflow.evaluate import eval_beir, load_beir
+    from kbflow.engine.evaluate import eval_beir, load_beir
     from kbflow.search.searcher import Searcher, candidate_lists, embed_query
     from kbflow.search.tokens import TOKENIZER_VERSION
 

@@ -1,5 +1,5 @@
 """How long the ingest's embedding thread waits for the GIL while another thread chunks, at Python's default
-thread switch interval (5 ms) and at the one an ingest runs with (``kbflow.environment.INGEST_SWITCH_INTERVAL_S``).
+thread switch interval (5 ms) and at the one an ingest runs with (``kbflow.runtime.environment.INGEST_SWITCH_INTERVAL_S``).
 
 The embedding thread hands the model's operations to torch one by one from Python; torch releases the GIL while an
 operation runs, so between two operations the thread needs the GIL back, and a thread running Python (the

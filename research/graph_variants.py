@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from kbflow.config import load_config
-from kbflow.evaluate import SEARCH_DEPTH, load_beir, score_run
+from kbflow.engine.evaluate import SEARCH_DEPTH, load_beir, score_run
 from kbflow.graph.expand import insert
 from kbflow.search import fusion
 from kbflow.search.searcher import Searcher, candidate_lists, embed_query, fuse

@@ -22,7 +22,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from kbflow.environment import cpu_info
+from kbflow.runtime.environment import cpu_info
 
 KBFLOW = [sys.executable, "-m", "kbflow"]
 

@@ -18,7 +18,7 @@ from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 
-from kbflow.environment import cpu_info
+from kbflow.runtime.environment import cpu_info
 from kbflow.convert.secrets import find_secrets, redact, rules, scan_text
 
 

@@ -1,11 +1,11 @@
-"""What the model leaving cores to the run's own work (``kbflow.cores``) does to an update, against the same run with
+"""What the model leaving cores to the run's own work (``kbflow.runtime.cores``) does to an update, against the same run with
 no work marked.
 
 An update of the PostgreSQL manual from 15.18 to 15.20 converts all 1,166 re-stamped pages again and embeds 299
 texts: the cores are nearly always busy, and the question is who waits for whom. The older release is ingested once
 (into ``<work>/base``); each trial is a fresh process that loads the model, warms the tokenizer's word counts with
 the older release's text (as the full run before an update in `kbflow bench ingest` leaves them), copies the base
-store and times the update into the copy. ``unmarked`` trials replace ``kbflow.cores.working`` with a no-op (no
+store and times the update into the copy. ``unmarked`` trials replace ``kbflow.runtime.cores.working`` with a no-op (no
 setting does this: it exists for this comparison only); ``marked`` run kbflow as it ships. Trials alternate, pair
 by pair, since this machine's speed drifts from minute to minute.
 
@@ -34,7 +34,8 @@ MODES = ("unmarked", "marked")
 def trial(work: Path, mode: str) -> dict:
     import pyarrow.parquet as pq
 
-    from kbflow import api, cores
+    from kbflow import api
+    from kbflow.runtime import cores
     from kbflow.config import load_config
     from kbflow.embed import get_embedder
 

@@ -72,7 +72,7 @@ class Entry:
 
 
 ENTRIES: list[Entry] = [
-    Entry("memory-trim-noop", "src/kbflow/memory.py",
+    Entry("memory-trim-noop", "src/kbflow/runtime/memory.py",
           "    libc = _glibc()\n    return bool(libc and libc.malloc_trim(0))",
           "    libc = _glibc()\n    return False",
           "tests/unit/test_memory.py::test_trim_hands_freed_heap_pages_back_to_the_os",
@@ -133,12 +133,12 @@ ENTRIES: list[Entry] = [
           "for t in text.split())",
           "tests/unit/test_search_stores.py::test_bm25_matches_chinese_words_not_whole_sentences[lancedb]",
           "BM25 words split on whitespace only (no jieba)"),
-    Entry("ndcg-discount-off-by-one", "src/kbflow/evaluate.py",
+    Entry("ndcg-discount-off-by-one", "src/kbflow/engine/evaluate.py",
           "for rank, doc in enumerate(ranked[:k]))",
           "for rank, doc in enumerate(ranked[:k], 1))",
           "tests/unit/test_metrics.py::test_metrics_against_a_hand_computed_example",
           "DCG discounts log2(rank + 2) with rank from 1 (IDCG unchanged)"),
-    Entry("retry-after-dropped", "src/kbflow/http.py",
+    Entry("retry-after-dropped", "src/kbflow/core/http.py",
           "return TransientError(detail, retry_after=parse_retry_after(retry_after))",
           "return TransientError(detail)",
           "tests/flows/test_embed_retries.py::test_transient_failures_are_retried_and_each_text_embedded_once",
@@ -148,7 +148,7 @@ ENTRIES: list[Entry] = [
           "return RetryPolicy(attempts=c.retries,",
           "tests/flows/test_embed_retries.py::test_exhausted_retries_fail_the_batch_with_its_attempts",
           "embedder.connection.retries read as tries, not retries (one try short)"),
-    Entry("backoff-exponent-off-by-one", "src/kbflow/retry.py",
+    Entry("backoff-exponent-off-by-one", "src/kbflow/core/retry.py",
           "self.backoff_s * 2 ** (attempt - 1)",
           "self.backoff_s * 2 ** attempt",
           "tests/unit/test_retry.py::test_transient_errors_are_retried_with_growing_jittered_waits",

@@ -1,4 +1,4 @@
-"""Write docs/configuration.md and configs/default.yaml from the configuration models in src/kbflow/config.py.
+"""Write docs/configuration.md and configs/default.yaml from the configuration models in src/kbflow/config/schema.py.
 
 Both files are generated: every setting, its type, default, description and environment-variable form come from
 the pydantic models, so a field added there appears here after one command:
@@ -194,7 +194,7 @@ def render_markdown() -> str:
         "For anyone writing a kbflow config file or setting kbflow from the environment: every setting, its type, "
         "its default, what it does, and how to set it.",
         "",
-        f"<!-- Generated from src/kbflow/config.py by `{COMMAND}`; edit the models there, not this file. -->",
+        f"<!-- Generated from src/kbflow/config/schema.py by `{COMMAND}`; edit the models there, not this file. -->",
         "",
         "A setting is read, in this order (later wins):",
         "",
@@ -277,7 +277,7 @@ def render_yaml() -> str:
         "# Every kbflow setting with its built-in default and what it does (docs/configuration.md has the types and",
         "# environment-variable forms). The one value that differs from the built-in defaults: `sources`, the",
         "# bundled sample, which the quick start ingests.",
-        "# Generated from src/kbflow/config.py by",
+        "# Generated from src/kbflow/config/schema.py by",
         f"# `{COMMAND}`: edit the models there, not this file.",
     ]
     lines += _yaml_model(KbConfig, (), "")

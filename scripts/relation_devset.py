@@ -372,7 +372,7 @@ def main() -> None:
         return
 
     from kbflow.config import LlmConfig
-    from kbflow.errors import PermanentError
+    from kbflow.core.errors import PermanentError
     from kbflow.search.local_llm import LocalChat
 
     started = time.perf_counter()

@@ -1,7 +1,7 @@
 """What a flow run shows in the Prefect UI besides its task runs: overall progress (moved by the engine's progress
 events), the summary table, the failures page, and the engine's log lines in the run's logs.
 
-The content comes from ``kbflow.report``; this module only publishes it.
+The content comes from ``kbflow.ops.report``; this module only publishes it.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from prefect.artifacts import (
     update_progress_artifact,
 )
 
-from kbflow import progress, report
+from kbflow.runtime import progress
+from kbflow.ops import report
 from kbflow.engine.ingest import round_thread_prefix
 
 UPDATE_EVERY_S = 2.0
@@ -29,7 +30,7 @@ UPDATE_EVERY_S = 2.0
 def progress_artifact(namespace: str):
     """A progress artifact for this run, created when the engine announces how many documents it will process
     ("documents" event) and moved by its later events; while it embeds, its description says how many texts are
-    done, the rate and the time left. Events reach only the listener of the run that made them (kbflow.progress:
+    done, the rate and the time left. Events reach only the listener of the run that made them (kbflow.runtime.progress:
     a backfill runs several namespaces in parallel threads, each updating its own artifact)."""
     state: dict = {"id": None, "tracker": None, "last": 0.0, "sent": 0.0}
     lock = threading.Lock()  # embed events come from the run's stage threads

@@ -2,16 +2,16 @@
 
 threads: the flow's own ThreadPoolTaskRunner (one process). processes: a local process pool. dask: a Dask cluster
 at ``runner.dask_address`` (or a temporary LocalCluster). Tasks then run in other processes or machines, so their
-arguments are pickled: ``kbflow.portable`` makes the embedder, stores and vector cache travel as recipes.
+arguments are pickled: ``kbflow.engine.portable`` makes the embedder, stores and vector cache travel as recipes.
 """
 
 from __future__ import annotations
 
 from prefect.task_runners import ProcessPoolTaskRunner
 
-from kbflow import portable
+from kbflow.engine import portable
 from kbflow.config import KbConfig
-from kbflow.extras import require
+from kbflow.core.extras import require
 
 
 def task_runner_for(config: KbConfig):

@@ -33,7 +33,7 @@ from uuid import UUID
 from pydantic import BaseModel
 
 from kbflow.state.holders import alive
-from kbflow.storage import is_remote, location, write_bytes_atomic
+from kbflow.core.storage import is_remote, location, write_bytes_atomic
 
 LEASE_S = 60.0  # how long a slot outlives a holder that stopped renewing it (a process on another host that died)
 RENEW_S = LEASE_S / 3  # how often a holder renews its slot's lease

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import httpx
 
-from kbflow.errors import ConfigError
+from kbflow.core.errors import ConfigError
 
 PR_SET_PDEATHSIG = 1
 # the server's launcher: die with the parent (checked after the call, in case the parent died first), then exec

@@ -24,9 +24,9 @@ from prefect.runtime import task_run as current_task_run
 from kbflow.config import KbConfig
 from kbflow.engine import stages
 from kbflow.engine.runner import Pending, StageCall
-from kbflow.retry import RetryPolicy
+from kbflow.core.retry import RetryPolicy
 from kbflow.state import layout
-from kbflow.storage import is_remote
+from kbflow.core.storage import is_remote
 
 
 R = TypeVar("R")

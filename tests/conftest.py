@@ -7,7 +7,7 @@ from pathlib import Path
 
 import os
 
-from kbflow.environment import set_quiet_offline_defaults
+from kbflow.runtime.environment import set_quiet_offline_defaults
 
 set_quiet_offline_defaults()
 # The suite runs on the packaged all-MiniLM-L6-v2 ('local'): its word-piece limits, 384-d vectors and exact
@@ -19,7 +19,7 @@ os.environ.setdefault("KBFLOW__EMBEDDER__BACKEND", "local")
 
 import pytest  # noqa: E402
 
-from kbflow.embedder_config import embedder_config  # noqa: E402
+from kbflow.config.embedders import embedder_config  # noqa: E402
 from kbflow.embed import get_embedder  # noqa: E402
 
 CASES = Path(__file__).parent / "cases"

@@ -1,5 +1,5 @@
 """``python -m kbflow``: the same command line as ``kbflow``."""
 
-from kbflow.cli import main
+from kbflow.cli.main import main
 
 main()

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from kbflow.environment import set_quiet_offline_defaults
+from kbflow.runtime.environment import set_quiet_offline_defaults
 
 from kbflow.config import KbConfig, check_namespace  # noqa: E402
 from kbflow.convert.converters import without_nul  # noqa: E402
@@ -20,10 +20,10 @@ from kbflow.sources.text import TEXT  # noqa: E402
 from kbflow.engine.ingest import IngestJob  # noqa: E402
 from kbflow.engine.reembed import reembed as run_engine_reembed  # noqa: E402
 from kbflow.engine.store_check import stored_ids  # noqa: E402
-from kbflow.errors import ConfigError, StateDamaged  # noqa: E402
+from kbflow.core.errors import ConfigError, StateDamaged  # noqa: E402
 from kbflow.graph.store import GraphStore  # noqa: E402
 from kbflow.orchestrate import as_flow_run, ingest_sources, orchestration, run_ingest  # noqa: E402
-from kbflow.resolve import resolve_config  # noqa: E402
+from kbflow.config.resolve import resolve_config  # noqa: E402
 
 
 class UnknownNamespace(ConfigError):
@@ -61,7 +61,7 @@ def add_document(path: str | Path, namespace: str | None = None, config: KbConfi
     """Add (or update) one file, or a folder's files, without touching the namespace's other documents (``ingest``
     instead makes the namespace hold exactly its sources and removes the rest). The document id comes from the
     path relative to the file's own folder, so adding ``a/x.md`` and ``b/x.md`` is one document, the later one.
-    ``roots``: a path someone else sent, already checked (``kbflow.trust``); a symlink met in its folder that
+    ``roots``: a path someone else sent, already checked (``kbflow.core.trust``); a symlink met in its folder that
     leads out of these folders is not read."""
     if not str(path).strip() or not _exists(str(path)):
         raise ConfigError(f"document {str(path)!r} does not exist: pass an existing file or folder")
@@ -85,7 +85,7 @@ def add_upload(name: str, data: bytes, namespace: str | None = None, config: KbC
     written; refused content never reaches the disk (``kbflow.sources.upload``)."""
     from kbflow.convert.web import source_path_of
     from kbflow.sources.upload import INBOX, UPLOAD, check_name, check_upload, inbox_name
-    from kbflow.storage import location, write_bytes_atomic
+    from kbflow.core.storage import location, write_bytes_atomic
 
     cfg = resolve_config(config, data_dir)
     name = check_name(name)
@@ -216,7 +216,7 @@ def require_namespace(namespace: str | None, config: KbConfig | str | Path | Non
 def _refuse_lost_state(cfg: KbConfig, state: NamespaceState) -> None:
     """StateDamaged when a namespace without a model record still has a store table with chunks: its state was
     lost, and answering "does not exist" or "0 documents" would hide it."""
-    from kbflow.verify import state_lost
+    from kbflow.ops.verify import state_lost
 
     lost = state_lost(cfg, state)
     if lost:
@@ -255,7 +255,7 @@ def verify(namespace: str | None = None, config: KbConfig | str | Path | None = 
     """Check manifest ↔ store ↔ vector cache of one namespace; ``repair`` deletes what is wrong and forgets the
     affected documents (under the namespace lock) so the next ingest re-runs them."""
     from kbflow.state import layout
-    from kbflow.verify import verify as run_verify
+    from kbflow.ops.verify import verify as run_verify
 
     cfg = resolve_config(config, data_dir)
     namespace = check_namespace(namespace or cfg.namespace)

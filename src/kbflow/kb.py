@@ -11,7 +11,7 @@ from pathlib import Path
 
 from kbflow import api
 from kbflow.config import KbConfig, check_namespace
-from kbflow.errors import ConfigError
+from kbflow.core.errors import ConfigError
 from kbflow.search.ask import ask as ask_question
 from kbflow.search.searcher import Searcher
 from kbflow.stores import Hit, SearchFilter

@@ -10,7 +10,7 @@ import os
 from kbflow.config import KbConfig
 from kbflow.engine.ingest import IngestJob
 from kbflow.engine.ingest import ingest as run_engine_ingest
-from kbflow.environment import check_not_a_starting_worker, set_quiet_offline_defaults
+from kbflow.runtime.environment import check_not_a_starting_worker, set_quiet_offline_defaults
 
 
 def orchestration(config: KbConfig) -> str:
@@ -64,5 +64,5 @@ def run_ingest(config: KbConfig, job: IngestJob) -> dict:
 
 def ingest_sources(sources: list[str], namespace: str, config: KbConfig) -> dict:
     """Ingest ``sources`` (existing files or folders) into ``namespace``; the run summary. The ingest callable the
-    evaluator (``kbflow.evaluate``) and a reembed's quality check take."""
+    evaluator (``kbflow.engine.evaluate``) and a reembed's quality check take."""
     return run_ingest(config, IngestJob([str(source) for source in sources], namespace))

@@ -241,7 +241,7 @@ def build(folder: Path, docs: Path, store: str) -> tuple[Path, Path, dict]:
 def contents(config: Path, data: Path) -> dict:
     """What a search sees: every stored chunk (id, document, text), sorted, and the manifest's documents."""
     from kbflow import api
-    from kbflow.errors import StateDamaged
+    from kbflow.core.errors import StateDamaged
     from kbflow.state.manifest import NamespaceState
     from kbflow.stores import open_store
     from kbflow.stores.errors import access_errors
@@ -259,7 +259,7 @@ def contents(config: Path, data: Path) -> dict:
 
 def _attempt(record: dict, command: str, call):
     """Run one command; record "ok", the KbflowError's type (what the CLI prints as one line), or a traceback."""
-    from kbflow.errors import KbflowError
+    from kbflow.core.errors import KbflowError
 
     try:
         result = call()
@@ -281,7 +281,7 @@ def run_case(store: str, role: Role, kind: str, config: Path, base: Path, docs: 
     from datetime import timedelta
 
     from kbflow import api
-    from kbflow.prune import prune
+    from kbflow.ops.prune import prune
     from kbflow.state.manifest import NamespaceState
 
     record: dict = {"store": store, "role": role.name, "kind": kind, "outcomes": {}, "messages": {}}

@@ -12,7 +12,7 @@ import yaml
 
 from kbflow import KnowledgeBase
 from kbflow.testing.fake_services import FakeServices
-from kbflow.errors import ConfigError
+from kbflow.core.errors import ConfigError
 from tests.conftest import CASES
 
 

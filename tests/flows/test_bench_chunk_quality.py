@@ -6,7 +6,7 @@ import json
 
 from typer.testing import CliRunner
 
-from kbflow.cli import app
+from kbflow.cli.main import app
 from tests.conftest import CASES
 
 

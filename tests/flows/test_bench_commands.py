@@ -10,7 +10,7 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-from kbflow.cli import app
+from kbflow.cli.main import app
 from kbflow.embed.e5 import auto_precision
 from tests.conftest import CASES
 

@@ -27,7 +27,7 @@ def kb(*args, cwd=None):
 def test_every_command_has_help(command):
     from typer.testing import CliRunner
 
-    from kbflow.cli import app
+    from kbflow.cli.main import app
 
     result = CliRunner().invoke(app, [command, "--help"], terminal_width=100)
     assert result.exit_code == 0, result.output

@@ -78,6 +78,6 @@ def test_a_script_without_a_main_guard_gets_an_error_that_names_the_guard(tmp_pa
                           env=subprocess_env(KBFLOW__EMBEDDER__BACKEND="local", KBFLOW__CONVERT__WORKERS="2"))
     assert done.returncode != 0
     last = done.stderr.strip().splitlines()[-1]
-    assert last.startswith("kbflow.errors.WorkerStartError: a conversion worker process exited while starting"), \
+    assert last.startswith("kbflow.core.errors.WorkerStartError: a conversion worker process exited while starting"), \
         done.stderr[-3000:]
     assert 'if __name__ == "__main__":' in last

@@ -1,7 +1,7 @@
 """Real SIGKILLs at every stage boundary and inside embedding and upserting, then a second run: the store,
 manifest and stats end exactly as a clean single run leaves them, and finished embedding batches are not redone.
 
-The kill comes from a failpoint (kbflow.failpoints) inside a real ``kbflow ingest`` subprocess: the process dies
+The kill comes from a failpoint (kbflow.runtime.failpoints) inside a real ``kbflow ingest`` subprocess: the process dies
 at a known place, with no chance to clean up. Set KBFLOW_CRASH_CORPUS to a folder (for example a few hundred
 pages of a real manual) to run the same checks on it; the default is five small real files of tests/cases.
 """

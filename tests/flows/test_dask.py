@@ -46,8 +46,8 @@ def test_dask_cluster_run_stores_what_the_thread_runner_stores(tmp_path):
         assert type(flow.task_runner).__name__ == "DaskTaskRunner"
         dask_summary = flow(sources=[str(docs)], config_path=dask)
         with distributed.Client(cluster.scheduler_address) as client:
-            # the model was built inside the worker processes (kbflow.portable's per-process recipes), not here
-            built = client.run(lambda: [key[0] for key in __import__("kbflow.portable").portable._built])
+            # the model was built inside the worker processes (kbflow.engine.portable's per-process recipes), not here
+            built = client.run(lambda: [key[0] for key in __import__("kbflow.engine.portable").engine.portable._built])
 
     assert dask_summary["documents"] == thread_summary["documents"] == {
         "new": 2, "changed": 0, "same_text": 0, "unchanged": 0, "removed": 0, "failed": 0}

@@ -11,11 +11,11 @@ import pyarrow as pa
 import pytest
 
 from kbflow import api
-from kbflow.errors import ConfigError
+from kbflow.core.errors import ConfigError
 from kbflow.graph.store import GraphStore
-from kbflow.prune import prune
+from kbflow.ops.prune import prune
 from kbflow.config import load_config
-from kbflow.schemas import MANIFEST
+from kbflow.core.schemas import MANIFEST
 from kbflow.search.searcher import Searcher, embed_query
 from kbflow.state.manifest import NamespaceState
 from kbflow.stores import SearchFilter
@@ -140,7 +140,7 @@ def test_eval_on_source_files_keeps_their_links_for_graph_search(tmp_path, monke
     """A BEIR corpus row with ``file`` is that source file, copied under its relative path (its links resolve as in
     the manual), so `kbflow eval --mode graph` measures the graph built from real pages; a file outside the folder
     is refused."""
-    from kbflow.evaluate import eval_beir
+    from kbflow.engine.evaluate import eval_beir
 
     beir = tmp_path / "relset"
     shutil.copytree(CASES / "graph", beir / "files")
@@ -171,7 +171,7 @@ def test_entities_and_relations_from_the_chat_model_are_extracted_once_per_text_
     keeps its stored version, the failure is in the run's snapshot) and the next run sends only that text; the
     relations are followed by graph search, and say so in the hit's path."""
     from kbflow.testing.fake_services import FakeServices
-    from kbflow.schemas import FAILURES
+    from kbflow.core.schemas import FAILURES
     from kbflow.state.snapshots import read_table
 
     import threading

@@ -13,7 +13,7 @@ import pytest
 
 from kbflow.flows.ingest import ingest
 from kbflow import api
-from kbflow.errors import DeletionGuardError, ModelMismatchError
+from kbflow.core.errors import DeletionGuardError, ModelMismatchError
 from kbflow.state.manifest import NamespaceState
 from kbflow.stores.vector_cache import VectorCache
 from tests.conftest import CASES
@@ -392,7 +392,7 @@ def test_dry_run_writes_nothing(docs_dir, tmp_path, counting):
 
 
 def test_eval_on_a_small_labelled_set(tmp_path, counting):
-    from kbflow.evaluate import eval_beir
+    from kbflow.engine.evaluate import eval_beir
 
     result = eval_beir(CASES / "beir-mini", data_dir=tmp_path / "data", ingest=api.ingest)
     assert result["documents"] == 5 and result["queries"] == 3
@@ -470,7 +470,7 @@ def test_bench_ingest_reports_phases_and_writes_json_and_plot(tmp_path, counting
 def test_vector_index_is_built_after_the_last_batch_not_during_them(docs_dir, tmp_path, counting, monkeypatch):
     """Building an ANN index takes memory in proportion to the table; an ingest builds it once, after its batches
     are written and freed, so the two peaks do not add up (kbflow bench memory)."""
-    from kbflow import failpoints
+    from kbflow.runtime import failpoints
 
     data = tmp_path / "data"
     monkeypatch.setenv("KBFLOW__SEARCH__VECTOR_INDEX_MIN_ROWS", "8")
@@ -576,7 +576,7 @@ def test_the_embed_progress_counts_the_runs_texts_from_the_start_and_moves_per_m
     """The embed bar (and the progress artifact) get (texts embedded, texts to embed) for the whole run: the total
     is there before the first text is embedded and grows as batches are chunked, and the count moves with every
     model call (here 4 texts), not once per stage call."""
-    from kbflow import progress
+    from kbflow.runtime import progress
 
     monkeypatch.setenv("KBFLOW__FLOW__DOC_BATCH", "1")
     counting.max_batch = 4

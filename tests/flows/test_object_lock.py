@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from kbflow.errors import ConfigError
+from kbflow.core.errors import ConfigError
 from kbflow.state.lock import NamespaceLocked
 from kbflow.state.object_lock import ObjectLock
 

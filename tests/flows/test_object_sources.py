@@ -12,7 +12,7 @@ import pytest
 from kbflow import api
 from kbflow.config import ConvertConfig
 from kbflow.convert.scan import scan
-from kbflow.errors import ConfigError
+from kbflow.core.errors import ConfigError
 from tests.conftest import CASES
 from tests.flows.conftest import _free_port, store_of
 
@@ -106,7 +106,7 @@ def test_an_s3_url_with_nothing_under_it_is_refused_not_read_as_everything_delet
 def test_kbflow_convert_reads_an_s3_prefix(s3, tmp_path):
     from typer.testing import CliRunner
 
-    from kbflow.cli import app
+    from kbflow.cli.main import app
 
     client, bucket = s3
     _upload(client, bucket, _tree(tmp_path))

@@ -11,10 +11,10 @@ import pytest
 
 from kbflow import api
 from kbflow.config import load_config
-from kbflow.errors import ConfigError
-from kbflow.mcp_server import Tools, inline_limit
-from kbflow.trust import SourcePolicy
-from kbflow.prune import prune
+from kbflow.core.errors import ConfigError
+from kbflow.mcp.server import Tools, inline_limit
+from kbflow.core.trust import SourcePolicy
+from kbflow.ops.prune import prune
 from kbflow.stores.lancedb_store import LanceStore
 from tests.flows.conftest import DIM
 

@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 from kbflow.flows.backfill import BackfillFailed, backfill
 from kbflow.flows.ingest import ingest
 from kbflow import api
-from kbflow.cli import app
-from kbflow.deploy import BackfillRequest
-from kbflow.storage import location, tree_bytes
+from kbflow.cli.main import app
+from kbflow.ops.deploy import BackfillRequest
+from kbflow.core.storage import location, tree_bytes
 from tests.flows.conftest import snapshot
 
 
@@ -85,7 +85,7 @@ def test_request_with_failed_documents_ends_failed_and_lists_them_in_an_artifact
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
     from kbflow.flows.ingest_request import DocumentsFailed, ingest_request
-    from kbflow.deploy import IngestRequest
+    from kbflow.ops.deploy import IngestRequest
     from tests.conftest import CASES
 
     monkeypatch.setenv("KBFLOW_CONFIGS_DIR", str(tmp_path))
@@ -110,7 +110,7 @@ def test_request_with_failed_documents_ends_failed_and_lists_them_in_an_artifact
 def test_deployments_come_from_the_config_and_a_bad_cron_names_its_entry(tmp_path):
     from kbflow.flows.deployments import build_deployments, deployment_names
     from kbflow.config import load_config
-    from kbflow.errors import ConfigError
+    from kbflow.core.errors import ConfigError
 
     config = tmp_path / "kb.yaml"
     config.write_text("deploy:\n  schedules:\n    - {namespace: a, cron: '15 1 * * *', timezone: Europe/Berlin}\n"
@@ -133,9 +133,9 @@ def test_deployments_come_from_the_config_and_a_bad_cron_names_its_entry(tmp_pat
 def test_a_run_form_reads_only_under_the_source_roots_and_configs_from_the_configs_folder(tmp_path, monkeypatch):
     """A Run form (or the API behind it) is someone else: its sources, its config file and a symlink planted in
     an allowed folder are checked before anything is read."""
-    from kbflow.deploy import IngestRequest
+    from kbflow.ops.deploy import IngestRequest
     from kbflow.flows.ingest_request import ingest_request
-    from kbflow.trust import SourceRefused
+    from kbflow.core.trust import SourceRefused
 
     configs, docs, private = tmp_path / "configs", tmp_path / "docs", tmp_path / "private"
     for folder in (configs, docs, private):

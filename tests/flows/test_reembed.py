@@ -9,8 +9,8 @@ from kbflow.flows.ingest import ingest
 from kbflow.flows.reembed import reembed
 from kbflow import api
 from kbflow.config import KbConfig
-from kbflow.embedder_config import embedder_config
-from kbflow.errors import ConfigError, ModelMismatchError
+from kbflow.config.embedders import embedder_config
+from kbflow.core.errors import ConfigError, ModelMismatchError
 from kbflow.state.manifest import NamespaceState
 from kbflow.engine.reembed import remove_superseded, superseded_tables
 from kbflow.stores.lancedb_store import LanceStore

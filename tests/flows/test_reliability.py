@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from kbflow.flows.ingest import ingest
-from kbflow import api, failpoints
+from kbflow import api
+from kbflow.runtime import failpoints
 from kbflow.state.lock import NamespaceLocked
 from kbflow.state.manifest import NamespaceState
 from kbflow.stores.lancedb_store import LanceStore

@@ -219,9 +219,9 @@ def test_bm25_matches_other_forms_of_a_word_in_the_terms_its_rows_were_written_w
 
 
 def test_eval_scores_several_modes_over_one_ingest(tmp_path):
-    from kbflow.errors import ConfigError
+    from kbflow.core.errors import ConfigError
     from kbflow import api
-    from kbflow.evaluate import eval_beir
+    from kbflow.engine.evaluate import eval_beir
 
     result = eval_beir(CASES / "beir-mini", data_dir=tmp_path / "data", modes=["vector", "bm25", "hybrid"],
                        ingest=api.ingest)

@@ -16,7 +16,7 @@ from prefect.client.schemas.filters import (ArtifactFilter, ArtifactFilterFlowRu
 
 from kbflow.flows.ingest import ingest
 from kbflow.testing.fake_services import FakeServices
-from kbflow.errors import AuthError
+from kbflow.core.errors import AuthError
 from tests.flows.conftest import subprocess_env
 
 KEY = "sk-planted-9f3c1e7a5b2d4c6e8f0a"

@@ -1,5 +1,5 @@
 """A store sent to another process (runner.kind processes or dask) is the store the config made: its index and
-search settings, and an ingest's deferred vector index, travel with it (kbflow.portable); without them a write in
+search settings, and an ingest's deferred vector index, travel with it (kbflow.engine.portable); without them a write in
 a worker would build a vector index mid-run with LanceDB's defaults. Today an ingest writes from the flow's own
 process (the engine runs its writes, it submits only conversions and embeddings), so the ingest below proves the
 outcome on the processes runner whichever process writes, and the spawned-process tests prove the recipe."""
@@ -14,7 +14,7 @@ from concurrent.futures import ProcessPoolExecutor
 import cloudpickle
 import pytest
 
-from kbflow import portable
+from kbflow.engine import portable
 from kbflow.stores.lancedb_store import LanceStore
 from kbflow.stores.qdrant_store import QdrantStore
 from tests.conftest import CASES

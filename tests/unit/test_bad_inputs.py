@@ -14,10 +14,10 @@ import zipfile
 import pytest
 from typer.testing import CliRunner
 
-from kbflow.cli import app
+from kbflow.cli.main import app
 from kbflow.config import ConvertConfig
 from kbflow.convert.converters import convert_batch
-from kbflow.errors import ConfigError
+from kbflow.core.errors import ConfigError
 from kbflow.engine.rows import conversion_failures
 from kbflow.convert.scan import scan
 from tests.conftest import CASES

@@ -7,7 +7,7 @@ import shutil
 
 from typer.testing import CliRunner
 
-from kbflow.cli import app
+from kbflow.cli.main import app
 from tests.conftest import CASES
 
 

@@ -247,7 +247,7 @@ def test_reembed_recovers_what_the_model_read_under_this_chunker_and_the_one_bef
     """``kbflow reembed`` re-reads each stored chunk as the old model read it: with the number-free prefix (chunker
     v3), shortened or not, with the numbered one of a store written before v3, or with none."""
     from kbflow.engine.reembed import recover_embed_text
-    from kbflow.errors import EmbeddingError
+    from kbflow.core.errors import EmbeddingError
 
     path = ["E.5. Release 15.17", "E.5.1. Changes"]
     for read in ("Release 15.17 > Changes\n\nbody", "Changes\n\nbody", "E.5. Release 15.17 > E.5.1. Changes\n\nbody",

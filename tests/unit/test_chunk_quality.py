@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from kbflow import report
+from kbflow.ops import report
 from kbflow.chunk.chunker import chunk_document
 from kbflow.chunk.quality import add_batch, document_quality, punctuation_only, quality_report, warnings_for
 from kbflow.chunk.split import split_markdown

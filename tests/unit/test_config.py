@@ -3,8 +3,8 @@ from pathlib import Path
 import pytest
 
 from kbflow.config import ChunkConfig, load_config
-from kbflow.embedder_config import EMBEDDER_MODELS
-from kbflow.errors import ConfigError
+from kbflow.config.embedders import EMBEDDER_MODELS
+from kbflow.core.errors import ConfigError
 from kbflow.engine.rows import resolve_chunk_tokens
 
 CONFIGS = Path(__file__).parents[2] / "configs"

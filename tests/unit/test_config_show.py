@@ -6,9 +6,9 @@ import os
 
 from typer.testing import CliRunner
 
-from kbflow.cli import app
+from kbflow.cli.main import app
 from kbflow.config import load_config, load_config_with_origins
-from kbflow.config_show import effective_settings
+from kbflow.config.show import effective_settings
 
 
 def _show(path=None, **overrides):

@@ -6,7 +6,7 @@ import pytest
 
 from kbflow.config import ConvertConfig
 from kbflow.convert.converters import convert_batch, convert_file, decode_text
-from kbflow.errors import ConversionError
+from kbflow.core.errors import ConversionError
 from kbflow.convert.scan import scan
 from tests.conftest import CASES
 

@@ -118,7 +118,7 @@ class ExitsWhenUnpickled:
 def test_a_worker_that_exits_while_starting_is_a_clear_error_and_no_worker_is_left_running():
     import multiprocessing
 
-    from kbflow.errors import WorkerStartError
+    from kbflow.core.errors import WorkerStartError
 
     with pytest.raises(WorkerStartError, match=r"exited while starting \(exit code 5\).*if __name__ == "):
         KillablePool(2, ExitsWhenUnpickled())

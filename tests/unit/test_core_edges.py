@@ -10,8 +10,8 @@ import pytest
 
 from kbflow.chunk.counters import bisect_cut
 from kbflow.engine.plan import Plan, check_deletion_guard
-from kbflow.errors import ConfigError, DeletionGuardError
-from kbflow.evaluate import ndcg_at, recall_at, score_run
+from kbflow.core.errors import ConfigError, DeletionGuardError
+from kbflow.engine.evaluate import ndcg_at, recall_at, score_run
 from kbflow.search import fusion
 from kbflow.stores.base import Hit
 

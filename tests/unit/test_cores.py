@@ -1,11 +1,12 @@
-"""The cores the process's own work holds (kbflow.cores): counted while it runs, and left to it by the model."""
+"""The cores the process's own work holds (kbflow.runtime.cores): counted while it runs, and left to it by the model."""
 
 from __future__ import annotations
 
 import shutil
 import threading
 
-from kbflow import api, cores
+from kbflow import api
+from kbflow.runtime import cores
 from kbflow.embed.base import passage_threads, torch_threads
 from tests.conftest import CASES
 

@@ -9,9 +9,9 @@ import pytest
 
 from kbflow.config import ConvertConfig
 from kbflow.convert.converters import convert_bytes, converter_fingerprint
-from kbflow.errors import ConversionError, TransientError
+from kbflow.core.errors import ConversionError, TransientError
 from kbflow.convert.formats.dashscope_asr import ENDPOINT, DashScopeASR
-from kbflow.retry import RetryPolicy
+from kbflow.core.retry import RetryPolicy
 from kbflow.testing.fake_services import FakeServices
 from tests.conftest import CASES
 

@@ -5,11 +5,11 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from pydantic import ValidationError
 
-from kbflow import report
+from kbflow.ops import report
 from kbflow.config import load_config
-from kbflow.deploy import (BackfillRequest, IngestRequest, backfill_targets, changed_since, config_path,
+from kbflow.ops.deploy import (BackfillRequest, IngestRequest, backfill_targets, changed_since, config_path,
                            load_named_config, sources_of)
-from kbflow.errors import ConfigError
+from kbflow.core.errors import ConfigError
 
 
 def test_requests_validate_namespaces_and_refuse_unknown_fields():
@@ -66,7 +66,7 @@ def test_reembed_model_is_a_backend_drop_down_or_a_yaml_file():
     from typing import get_args
 
     from kbflow.config import EMBED_BACKENDS
-    from kbflow.deploy import EmbedBackend
+    from kbflow.ops.deploy import EmbedBackend
 
     assert get_args(EmbedBackend) == tuple(name for name in EMBED_BACKENDS if name != "auto")  # auto: no model
     backend, yaml_file = _form_schemas()["kbflow-reembed"]["properties"]["model"]["anyOf"]

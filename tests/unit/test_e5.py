@@ -14,8 +14,8 @@ import pytest
 from kbflow.embed import e5_int8
 from kbflow.embed.e5 import (E5SmallEmbedder, auto_precision, bf16_is_fast, file_sha256, package_weights,
                              recorded_sha256)
-from kbflow.errors import ConfigError, EmbeddingError
-from kbflow.extras import MissingExtraError
+from kbflow.core.errors import ConfigError, EmbeddingError
+from kbflow.core.extras import MissingExtraError
 from tests.conftest import CASES
 
 # Measured on 341 real chunks (274 English, 67 Chinese; ~115 tokens each) and 69 queries: fp32 min 0.99990,
@@ -147,7 +147,7 @@ def test_has_amx_needs_the_amx_flag_and_the_kernels_grant(tmp_path, monkeypatch)
     import torch
 
     import kbflow.embed.e5 as e5_module
-    from kbflow.environment import cpu_info
+    from kbflow.runtime.environment import cpu_info
 
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor\t: 0\nmodel name\t: Some Xeon\nflags\t\t: fpu avx512f amx_tile amx_bf16\n\n"
@@ -375,7 +375,7 @@ def test_a_passage_pass_runs_on_a_thread_fewer_per_core_the_process_work_holds(e
     leaves it that core instead of waiting for it at every operation. Same vectors; the setting is restored."""
     import torch
 
-    from kbflow import cores
+    from kbflow.runtime import cores
 
     torch.set_num_threads(2)
     _tokenizer, engine = e5._load()

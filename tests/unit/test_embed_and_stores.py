@@ -4,8 +4,8 @@ import pytest
 
 from kbflow.embed.base import check_vectors
 from kbflow.stores.vector_cache import VectorCache
-from kbflow.errors import EmbeddingError
-from kbflow.schemas import store_schema
+from kbflow.core.errors import EmbeddingError
+from kbflow.core.schemas import store_schema
 from kbflow.stores.lancedb_store import LanceStore
 from kbflow.stores.qdrant_store import QdrantStore
 

@@ -3,9 +3,9 @@ named."""
 
 import pytest
 
-from kbflow.embedder_config import embedder_config
+from kbflow.config.embedders import embedder_config
 from kbflow.embed.choice import DEFAULT_BACKEND, for_namespace
-from kbflow.errors import ConfigError
+from kbflow.core.errors import ConfigError
 
 AUTO = embedder_config(backend="auto")
 

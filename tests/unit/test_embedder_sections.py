@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from kbflow import embedder_config as sections
+from kbflow.config import embedders as sections
 from kbflow.config import load_config, load_config_with_origins
-from kbflow.config_show import effective_settings
-from kbflow.errors import ConfigError
+from kbflow.config.show import effective_settings
+from kbflow.core.errors import ConfigError
 
 FLAT_DEFAULT = Path(__file__).parents[1] / "cases" / "config" / "flat-default.yaml"
 FLAT = """embedder:

@@ -1,7 +1,7 @@
 """The core install works without any extra, and a feature whose extra is missing says which one to install.
 
 Each case runs the real `kbflow` command in a subprocess where every optional package kbflow knows of
-(kbflow.extras.PACKAGES) is made unimportable (``sys.modules[name] = None`` before kbflow is imported): what a
+(kbflow.core.extras.PACKAGES) is made unimportable (``sys.modules[name] = None`` before kbflow is imported): what a
 ``pip install kbflow`` without extras has.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kbflow.extras import PACKAGES
+from kbflow.core.extras import PACKAGES
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = ROOT / "tests" / "cases"
@@ -36,7 +36,7 @@ metadata.Distribution.from_name = classmethod(from_name)
 """
 BLOCKED = dict(blocked=list(PACKAGES), distributions=[package for package, _extra in PACKAGES.values()] + ["ctranslate2"])
 RUN = BLOCK.format(**BLOCKED) + """
-from kbflow.cli import main
+from kbflow.cli.main import main
 sys.argv = ["kbflow", *{argv!r}]
 main()
 """

@@ -10,7 +10,7 @@ from kbflow.config import ConvertConfig
 from kbflow.convert.converters import convert_batch, convert_bytes, convert_file
 from kbflow.convert.formats.html import SECTION_BREAK
 from kbflow.convert.scan import scan
-from kbflow.textmetrics import cer, wer
+from kbflow.bench.textmetrics import cer, wer
 from tests.conftest import CASES
 
 FORMATS = CASES / "formats"
@@ -260,7 +260,7 @@ def _reference_depth_probe(limit: int):
 
 def _refused(check, text: str) -> bool:
     from kbflow.convert.formats.html import _TooDeep
-    from kbflow.errors import ConversionError
+    from kbflow.core.errors import ConversionError
 
     try:
         check(text)

@@ -8,7 +8,7 @@ import sys
 
 
 def test_importing_kbflow_sets_no_environment_variables():
-    code = ("import json, os; before = dict(os.environ); import kbflow, kbflow.api, kbflow.kb, kbflow.verify; "
+    code = ("import json, os; before = dict(os.environ); import kbflow, kbflow.api, kbflow.kb, kbflow.ops.verify; "
             "from kbflow import KnowledgeBase; after = dict(os.environ); "
             "print(json.dumps(sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))))")
     env = {key: value for key, value in os.environ.items()

@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kbflow.embedder_config import embedder_config
+from kbflow.config.embedders import embedder_config
 from kbflow.chunk.counters import bisect_cut
 from kbflow.embed.registry import build_embedder
-from kbflow.errors import ConfigError, EmbeddingError
+from kbflow.core.errors import ConfigError, EmbeddingError
 from tests.conftest import CASES
 
 BACKUP_QUERY = "how often should the database be backed up"

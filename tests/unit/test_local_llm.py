@@ -14,7 +14,7 @@ import yaml
 
 from kbflow import api
 from kbflow.config import KbConfig, LlmConfig
-from kbflow.errors import ConfigError, PermanentError
+from kbflow.core.errors import ConfigError, PermanentError
 from kbflow.search.ask import build_messages
 from kbflow.search.llm import LlmNotConfigured
 from kbflow.search.local_llm import LocalChat

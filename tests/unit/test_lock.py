@@ -108,7 +108,7 @@ def test_a_writer_of_another_process_is_waited_for_naming_it(tmp_path):
     out ends with the holder's error and the time waited."""
     import time
 
-    from kbflow import progress
+    from kbflow.runtime import progress
     from kbflow.state.lock import namespace_lock
 
     ready = tmp_path / "held"

@@ -9,8 +9,8 @@ from datetime import datetime
 import pyarrow as pa
 import pytest
 
-from kbflow.errors import ModelMismatchError
-from kbflow.schemas import MANIFEST
+from kbflow.core.errors import ModelMismatchError
+from kbflow.core.schemas import MANIFEST
 from kbflow.state.manifest import NamespaceState, namespaces
 
 

@@ -1,4 +1,4 @@
-"""kbflow.memory: malloc arenas and trimming (what keeps an ingest's resident set from ratcheting up)."""
+"""kbflow.runtime.memory: malloc arenas and trimming (what keeps an ingest's resident set from ratcheting up)."""
 
 import json
 import subprocess
@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from kbflow import memory
+from kbflow.runtime import memory
 
 # Run in a fresh interpreter, so the heap holds only what this script puts there. 2,000 blocks of 64 KiB (under
 # glibc's 128 KiB mmap threshold, so they come from the heap, not from mmap) are written to (resident), then freed
@@ -14,7 +14,7 @@ from kbflow import memory
 # free() alone never hands pages back (it only shrinks the heap's top). Only malloc_trim returns them to the OS.
 TRIM_PROBE = r"""
 import ctypes, ctypes.util, json, os
-from kbflow import memory
+from kbflow.runtime import memory
 
 libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
 libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]

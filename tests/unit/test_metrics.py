@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from kbflow.evaluate import mrr_at, ndcg_at, recall_at, score_run
+from kbflow.engine.evaluate import mrr_at, ndcg_at, recall_at, score_run
 
 
 def test_metrics_against_a_hand_computed_example():

@@ -58,8 +58,8 @@ def test_the_engine_and_its_stages_never_import_prefect():
     assert len(list(package.rglob("*.py"))) > 40 and offenders == []
 
 
-PRODUCT_MODULES = ["kbflow", "kbflow.api", "kbflow.cli", "kbflow.kb", "kbflow.http", "kbflow.mcp_server",
-                   "kbflow.mcp_http", "kbflow.engine.ingest", "kbflow.engine.reembed", "kbflow.stores.factory",
+PRODUCT_MODULES = ["kbflow", "kbflow.api", "kbflow.cli", "kbflow.kb", "kbflow.core.http", "kbflow.mcp.server",
+                   "kbflow.mcp.http", "kbflow.engine.ingest", "kbflow.engine.reembed", "kbflow.stores.factory",
                    "kbflow.search.searcher", "kbflow.search.ask", "kbflow.search.agentic", "kbflow.flows.ingest"]
 
 

@@ -95,7 +95,7 @@ def test_bench_convert_structure_scores_a_printed_page_against_its_html(tmp_path
     """`kbflow bench convert --structure` over a folder holding tables.html beside tables.pdf."""
     from typer.testing import CliRunner
 
-    from kbflow.cli import app
+    from kbflow.cli.main import app
 
     pages = tmp_path / "pages" / "guide"
     pages.mkdir(parents=True)

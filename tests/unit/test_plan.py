@@ -11,9 +11,9 @@ from kbflow.chunk.chunker import chunker_fingerprint
 from kbflow.chunk.tokens import EstimateTokenCounter
 from kbflow.convert.scan import SourceFile, UnreadableFolder
 from kbflow.engine.plan import Fingerprints, Plan, check_deletion_guard, make_plan
-from kbflow.errors import DeletionGuardError
+from kbflow.core.errors import DeletionGuardError
 from kbflow.search import tokens as search_tokens
-from kbflow.schemas import MANIFEST
+from kbflow.core.schemas import MANIFEST
 
 PRINTS = Fingerprints("conv-1", "chunk-1", "model-1")
 

@@ -3,10 +3,10 @@ import pickle
 import cloudpickle
 import pytest
 
-from kbflow import portable
+from kbflow.engine import portable
 from kbflow.stores.vector_cache import VectorCache
 from kbflow.embed.local import LocalEmbedder
-from kbflow.errors import ConfigError
+from kbflow.core.errors import ConfigError
 from kbflow.stores.lancedb_store import LanceStore
 from kbflow.stores.qdrant_store import QdrantStore
 

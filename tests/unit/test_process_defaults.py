@@ -35,7 +35,7 @@ def test_an_ingest_hands_the_gil_over_quickly_while_it_runs_and_gives_the_proces
     import threading
 
     from kbflow import api
-    from kbflow.environment import INGEST_SWITCH_INTERVAL_S, quick_gil_handoffs
+    from kbflow.runtime.environment import INGEST_SWITCH_INTERVAL_S, quick_gil_handoffs
 
     seen: list[float] = []
     original = sys.getswitchinterval()

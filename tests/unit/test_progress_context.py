@@ -4,7 +4,7 @@ its events nor replace it, and runs that end out of order leave each other's lis
 import contextvars
 import threading
 
-from kbflow import progress
+from kbflow.runtime import progress
 
 
 def test_overlapping_runs_in_threads_keep_their_own_listeners():

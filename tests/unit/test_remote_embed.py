@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kbflow.embedder_config import embedder_config
+from kbflow.config.embedders import embedder_config
 from kbflow.embed.ratelimit import RateLimiter
 from kbflow.embed.registry import build_embedder
-from kbflow.http import parse_retry_after
-from kbflow.errors import AuthError, ConfigError, EmbeddingError, PermanentError, TransientError
+from kbflow.core.http import parse_retry_after
+from kbflow.core.errors import AuthError, ConfigError, EmbeddingError, PermanentError, TransientError
 from kbflow.testing.fake_services import FakeServices, text_vector
 
 KEY = "sk-test-secret"

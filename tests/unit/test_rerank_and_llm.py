@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from kbflow.config import LlmConfig, RerankConfig
-from kbflow.errors import ConfigError, PermanentError, TransientError
+from kbflow.core.errors import ConfigError, PermanentError, TransientError
 from kbflow.search import fusion
 from kbflow.search.llm import ChatClient, LlmNotConfigured
 from kbflow.search.rerank import CrossEncoderReranker, DashScopeReranker, get_reranker

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from kbflow.errors import AuthError, PermanentError, StoreBusy, TransientError
-from kbflow.retry import RetryPolicy, call_with_retries
+from kbflow.core.errors import AuthError, PermanentError, StoreBusy, TransientError
+from kbflow.core.retry import RetryPolicy, call_with_retries
 
 
 class Clock:

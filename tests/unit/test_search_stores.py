@@ -7,8 +7,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from kbflow.errors import ConfigError
-from kbflow.schemas import store_schema
+from kbflow.core.errors import ConfigError
+from kbflow.core.schemas import store_schema
 from kbflow.search.tokens import tokens_text, words
 from kbflow.stores import SearchFilter
 from kbflow.stores.lancedb_store import LanceStore

@@ -1,7 +1,7 @@
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kbflow.schemas import PLAN, SCHEMA_VERSION
+from kbflow.core.schemas import PLAN, SCHEMA_VERSION
 from kbflow.state.snapshots import TMP_SUFFIX, clean_temporaries, read_table, write_table
 
 
@@ -24,7 +24,7 @@ def test_a_manifest_written_before_the_graph_column_reads_with_it_empty(tmp_path
     """A manifest of an older kbflow (no `graph` column) is read, not refused: the column reads as nulls, which the
     plan takes as 'graph off', so an upgrade with the graph off re-processes nothing."""
     from kbflow.engine.plan import Fingerprints, make_plan
-    from kbflow.schemas import MANIFEST
+    from kbflow.core.schemas import MANIFEST
 
     old_schema = pa.schema([field for field in MANIFEST if field.name != "graph"])
     row = {"doc_id": "d1", "source_path": "docs/a.md", "origin": "file", "source_sha256": "s", "converter": "c",

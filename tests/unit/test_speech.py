@@ -11,7 +11,7 @@ import pytest
 from kbflow.config import ConvertConfig
 from kbflow.convert.converters import format_fingerprint
 from kbflow.convert.formats import whisper
-from kbflow.errors import ConfigError
+from kbflow.core.errors import ConfigError
 from tests.conftest import CASES
 
 

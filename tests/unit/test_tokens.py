@@ -193,7 +193,7 @@ def test_bm25_terms_leave_out_english_stop_words_and_stem_english_words_only():
 
 
 def test_query_terms_follow_the_version_the_rows_were_written_with():
-    from kbflow.errors import ConfigError
+    from kbflow.core.errors import ConfigError
     from kbflow.search.tokens import (TOKENIZER_VERSION, WORDS_VERSION, stored_terms_version, terms,
                                       terms_function, words)
 

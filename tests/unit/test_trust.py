@@ -1,4 +1,4 @@
-"""The trust boundary (kbflow.trust): every escape a hostile caller tries, refused before anything is read."""
+"""The trust boundary (kbflow.core.trust): every escape a hostile caller tries, refused before anything is read."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from kbflow.convert.scan import scan
-from kbflow.errors import ConfigError, PermanentError
-from kbflow.trust import SourcePolicy, SourceRefused, fetch, public_address
+from kbflow.core.errors import ConfigError, PermanentError
+from kbflow.core.trust import SourcePolicy, SourceRefused, fetch, public_address
 
 
 @pytest.fixture
@@ -163,7 +163,7 @@ def test_a_file_url_prefix_confines_exactly_like_a_root(door, tree, tmp_path):
     """--root DIR, --allow-source file:///DIR/ and deploy.source_roots: [file:///DIR/] are one rule: the real path
     (symlinks, '..') under the folder, and a folder walk that reads no link leading out."""
     from kbflow.config import KbConfig
-    from kbflow.deploy import served_policy
+    from kbflow.ops.deploy import served_policy
 
     root, secret = tree
     (root / "link-out").symlink_to(secret)

@@ -12,8 +12,8 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from kbflow.cli_common import HELP_OPTIONS, ConfigOpt, JsonOpt, fail, out, print_json
-from kbflow.errors import ConfigError, KbflowError
+from kbflow.cli.common import HELP_OPTIONS, ConfigOpt, JsonOpt, fail, out, print_json
+from kbflow.core.errors import ConfigError, KbflowError
 
 bench_app = typer.Typer(help="Benchmarks: results as JSON (and plots), never timed tests.", no_args_is_help=True,
                         context_settings=HELP_OPTIONS)

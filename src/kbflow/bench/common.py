@@ -10,8 +10,8 @@ import tarfile
 from pathlib import Path
 
 from kbflow.config import load_config
-from kbflow.environment import cpu_info
-from kbflow.errors import ConfigError
+from kbflow.runtime.environment import cpu_info
+from kbflow.core.errors import ConfigError
 
 
 def check_corpus(corpus: Path, flag: str = "--corpus") -> str:

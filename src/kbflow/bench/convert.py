@@ -14,11 +14,11 @@ from pathlib import Path, PurePosixPath
 
 from kbflow.config import ConvertConfig
 from kbflow.convert.converters import convert_batch, convert_file, converter_fingerprint
-from kbflow.errors import ConfigError
+from kbflow.core.errors import ConfigError
 from kbflow.convert.formats.audio import AUDIO_SUFFIXES
 from kbflow.convert.formats.ocr import IMAGE_SUFFIXES
 from kbflow.convert.scan import scan
-from kbflow.textmetrics import cer, word_errors
+from kbflow.bench.textmetrics import cer, word_errors
 
 
 def _format_of(source_path: str) -> str:

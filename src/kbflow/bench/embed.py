@@ -21,7 +21,7 @@ from kbflow import api
 from kbflow.bench.results import save
 from kbflow.bench.common import corpus_dir, machine, peak_rss_mb
 from kbflow.config import ChunkConfig
-from kbflow.embedder_config import embedder_config
+from kbflow.config.embedders import embedder_config
 from kbflow.convert.converters import convert_batch
 from kbflow.embed import get_embedder
 from kbflow.engine.rows import chunk_documents, embed_inputs, split_documents

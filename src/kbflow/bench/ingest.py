@@ -15,9 +15,9 @@ from kbflow.bench.common import check_corpus, corpus_dir, machine, peak_rss_mb, 
 from kbflow.bench.results import save
 from kbflow.config import load_config
 from kbflow.embed import get_embedder
-from kbflow.errors import ConfigError
+from kbflow.core.errors import ConfigError
 from kbflow.state.snapshots import read_table
-from kbflow.storage import location
+from kbflow.core.storage import location
 
 
 def _reset_phase_peak() -> None:

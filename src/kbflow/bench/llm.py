@@ -16,7 +16,7 @@ from pathlib import Path
 
 from kbflow.bench.results import panels, save
 from kbflow.config import KbConfig
-from kbflow.errors import ConfigError, KbflowError
+from kbflow.core.errors import ConfigError, KbflowError
 
 QUESTIONS = [
     "How does PostgreSQL handle concurrent transactions?",

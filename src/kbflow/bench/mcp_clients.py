@@ -89,7 +89,7 @@ class _Server:
                 if self.process.poll() is not None or time.monotonic() > deadline:
                     output = self.output()
                     self.stop()
-                    from kbflow.errors import KbflowError
+                    from kbflow.core.errors import KbflowError
 
                     raise KbflowError(f"kbflow mcp --http did not start: {output[-2000:]}") from None
                 time.sleep(0.3)
@@ -131,12 +131,12 @@ class _Clients:
     @staticmethod
     def _answer(pipe) -> list[float]:
         if not pipe.poll(SERVER_START_S):
-            from kbflow.errors import KbflowError
+            from kbflow.core.errors import KbflowError
 
             raise KbflowError(f"an MCP bench client gave no answer within {SERVER_START_S} s")
         kind, payload = pipe.recv()
         if kind == "error":
-            from kbflow.errors import KbflowError
+            from kbflow.core.errors import KbflowError
 
             raise KbflowError(f"an MCP bench client failed: {payload[0]}")
         return payload

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from kbflow.bench.common import machine
 from kbflow.bench.results import save
-from kbflow.errors import KbflowError
+from kbflow.core.errors import KbflowError
 
 PROTOCOL = "2025-06-18"
 QUERY = "how do I restore a backup"

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from kbflow.bench.common import corpus_dir
 from kbflow.bench.results import save
-from kbflow.errors import ConfigError
+from kbflow.core.errors import ConfigError
 
 SAMPLE_S = 0.25
 PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
@@ -80,7 +80,8 @@ def _child(source: str, data_dir: str, config: str | None) -> None:
     """Run in the measured process: one ingest, then its summary and peak RSS as one JSON line."""
     import resource
 
-    from kbflow import api, memory
+    from kbflow import api
+    from kbflow.runtime import memory
 
     memory.limit_arenas()  # as the kbflow command does
 

@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kbflow.errors import ConfigError
+from kbflow.core.errors import ConfigError
 from kbflow.bench.results import save
 
 MODES = ("direct", "prefect-temporary", "prefect-server")

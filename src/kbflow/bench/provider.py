@@ -22,7 +22,7 @@ from kbflow import api
 from kbflow.bench.results import save
 from kbflow.testing.fake_services import FakeServices
 from kbflow.bench.common import corpus_dir
-from kbflow.errors import ConfigError
+from kbflow.core.errors import ConfigError
 
 FAKE_KEY_ENV = "KBFLOW_BENCH_FAKE_KEY"
 PROVIDERS = {"dashscope": ("text-embedding-v4", "/api/v1"), "openai": ("bge-m3", "/v1")}

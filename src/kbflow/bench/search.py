@@ -32,8 +32,8 @@ from kbflow.bench.results import panels
 from kbflow.config import load_config
 from kbflow.embed import get_embedder
 from kbflow.convert.objects import is_url
-from kbflow.errors import ConfigError
-from kbflow.schemas import store_schema
+from kbflow.core.errors import ConfigError
+from kbflow.core.schemas import store_schema
 from kbflow.search.searcher import candidate_lists, fuse
 from kbflow.search.tokens import terms, tokens_text
 
@@ -236,7 +236,7 @@ def bench_bucket(rows: pa.Table, queries: np.ndarray, query_words: list[list[str
     (``max_queries_slow`` queries: seconds each), and in the bucket through the local copy searches use
     (``kbflow.stores.mirror``: the bucket's newest manifest asked before each query). The table is built and
     indexed locally, then its files are put in the bucket, so the three read the same files."""
-    from kbflow import storage
+    from kbflow.core import storage
     from kbflow.stores.lancedb_store import LanceStore
 
     size, dim = rows.num_rows, queries.shape[1]

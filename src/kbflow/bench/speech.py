@@ -17,8 +17,8 @@ from pathlib import Path
 from kbflow.bench.results import panels, save
 from kbflow.config import ConvertConfig
 from kbflow.convert.formats.audio import AUDIO_SUFFIXES, audio_fingerprint, pcm16_mono, transcribe
-from kbflow.errors import ConfigError
-from kbflow.textmetrics import cer, edit_distance, normalize_chars, word_errors
+from kbflow.core.errors import ConfigError
+from kbflow.bench.textmetrics import cer, edit_distance, normalize_chars, word_errors
 
 OFFLINE_BACKENDS = ("whisper", "pocketsphinx")
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from kbflow.bench.common import machine
 from kbflow.config import ConvertConfig
 from kbflow.convert.converters import convert_file, converter_fingerprint
-from kbflow.errors import ConfigError
+from kbflow.core.errors import ConfigError
 
 LINK_RE = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
 KEY_RE = re.compile(r"[\W_]+")

@@ -15,8 +15,8 @@ from kbflow.bench.results import save
 from kbflow.testing.site import SiteState, StaticSite
 from kbflow.config import load_config
 from kbflow.embed import get_embedder
-from kbflow.errors import ConfigError
-from kbflow.storage import location
+from kbflow.core.errors import ConfigError
+from kbflow.core.storage import location
 
 
 def _web_phase(name: str, site: StaticSite, namespace: str, config) -> dict:

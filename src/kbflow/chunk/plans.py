@@ -24,7 +24,7 @@ from pathlib import Path
 from kbflow.chunk.chunker import Chunk, ChunkJob, chunk_documents, prefix_line, trimmed_span
 from kbflow.chunk.counters import MemoCounter, count_key
 from kbflow.chunk.tokens import TokenCounter
-from kbflow.storage import location, write_cache_entry
+from kbflow.core.storage import location, write_cache_entry
 
 
 # each field of a plan file, and its type: a file with one of another type is a miss, never half trusted

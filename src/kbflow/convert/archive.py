@@ -12,7 +12,7 @@ import zipfile
 from dataclasses import dataclass
 
 from kbflow.convert.objects import zip_source
-from kbflow.errors import ConversionError
+from kbflow.core.errors import ConversionError
 
 MEMBER_SEP = "!/"
 ZIP_SUFFIXES = {".zip"}

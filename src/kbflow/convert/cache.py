@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from kbflow.convert.scan import SourceFile
-from kbflow.storage import location, write_cache_entry
+from kbflow.core.storage import location, write_cache_entry
 
 CACHED_FIELDS = ("converter", "markdown", "encoding")
 ENTRY_TYPES: dict[str, type | tuple[type, ...]] = {"converter": str, "markdown": str, "encoding": (str, type(None))}

@@ -20,12 +20,12 @@ from pathlib import Path, PurePosixPath
 
 import pyarrow as pa
 
-from kbflow import cores
+from kbflow.runtime import cores
 from kbflow.convert.archive import ZIP_SUFFIXES, ArchiveLimits, open_archive, read_member
 from kbflow.convert.objects import read_bytes
 from kbflow.config import ConvertConfig
-from kbflow.extras import package_version
-from kbflow.errors import ConversionError
+from kbflow.core.extras import package_version
+from kbflow.core.errors import ConversionError
 from kbflow.convert.formats.audio import AUDIO_SUFFIXES, audio_fingerprint, transcribe
 from kbflow.convert.formats.html import HTML_SUFFIXES, HTML_VERSION, convert_html
 from kbflow.convert.formats.ocr import IMAGE_SUFFIXES, image_array, ocr_fingerprint, ocr_text
@@ -34,7 +34,7 @@ from kbflow.convert.formats.text import (CSV_SUFFIXES, TEXT_SUFFIXES, check_line
                                  fenced)
 from kbflow.convert.scan import SourceFile
 from kbflow.convert.secrets import SecretFound, check_secrets, scan_text
-from kbflow.schemas import DOCUMENTS
+from kbflow.core.schemas import DOCUMENTS
 
 __all__ = ["Converted", "convert_file", "convert_bytes", "convert_batch", "converter_fingerprint", "decode_text",
            "text_documents"]

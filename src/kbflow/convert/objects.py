@@ -16,8 +16,8 @@ import io
 import posixpath
 from datetime import datetime
 
-from kbflow.errors import ConfigError
-from kbflow.urls import filesystem, is_url
+from kbflow.core.errors import ConfigError
+from kbflow.core.urls import filesystem, is_url
 
 HASH_CHUNK = 1 << 20
 

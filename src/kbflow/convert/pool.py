@@ -21,7 +21,7 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Callable
 
-from kbflow.errors import WorkerStartError
+from kbflow.core.errors import WorkerStartError
 
 
 READY = "ready"

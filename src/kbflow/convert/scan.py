@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 from kbflow.convert.archive import MEMBER_SEP, ZIP_SUFFIXES, ArchiveLimits, member_escapes, open_archive, read_member
 from kbflow.convert.objects import is_url, list_objects, modified, sha256_object, sha256_stream, url_of
-from kbflow.errors import ConfigError, ConversionError
+from kbflow.core.errors import ConfigError, ConversionError
 
 
 

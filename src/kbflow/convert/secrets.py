@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from kbflow.errors import ConversionError
+from kbflow.core.errors import ConversionError
 
 # detect-secrets' plugins whose rules are precise enough to hold a document back (class names in its package)
 PLUGINS = (

@@ -8,7 +8,7 @@ from pathlib import Path
 from kbflow.convert.archive import MEMBER_SEP, ArchiveLimits
 from kbflow.config import ConvertConfig
 from kbflow.convert.converters import convert_batch
-from kbflow.errors import ConfigError
+from kbflow.core.errors import ConfigError
 from kbflow.convert.scan import scan
 
 

@@ -5,7 +5,7 @@ from the sitemap, nested sitemap indexes followed; any other http(s) URL is a st
 (links resolved against the page like a browser does, ``<base href>`` included; fragments dropped; query strings
 dropped unless ``web.keep_query``), up to ``web.max_depth`` links deep and ``web.max_pages`` pages. Either way the
 source's *site* is its URL's scheme, host and folder (``https://site/docs/``): pages, nested sitemaps, links and
-redirects outside it are not read. That is ``kbflow.trust``'s ``SourcePolicy`` with that folder as its only
+redirects outside it are not read. That is ``kbflow.core.trust``'s ``SourcePolicy`` with that folder as its only
 prefix; the prefix names the host, so a site on a private address is read when the user names it, and nothing
 else on that network is. ``robots.txt`` (the host's own, the one read outside the folder) is honoured.
 
@@ -41,9 +41,9 @@ from urllib.parse import quote, urldefrag, urljoin, urlsplit
 from urllib.robotparser import RobotFileParser
 
 from kbflow.convert.scan import SourceFile, UnreadableFolder, doc_id_for
-from kbflow.errors import KbflowError, PermanentError
-from kbflow.storage import write_bytes_atomic
-from kbflow.trust import SourcePolicy, SourceRefused, fetch, http_client
+from kbflow.core.errors import KbflowError, PermanentError
+from kbflow.core.storage import write_bytes_atomic
+from kbflow.core.trust import SourcePolicy, SourceRefused, fetch, http_client
 
 STATE_VERSION = 1
 MAX_SITEMAP_NESTING = 5

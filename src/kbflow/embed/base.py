@@ -13,8 +13,8 @@ from typing import Iterator, Protocol
 
 import numpy as np
 
-from kbflow import cores
-from kbflow.errors import EmbeddingError
+from kbflow.runtime import cores
+from kbflow.core.errors import EmbeddingError
 from kbflow.chunk.tokens import TokenCounter
 
 QUERY_PASS_TEXTS = 8  # up to this many queries in one pass run on one thread (an agentic ask's searches)
@@ -158,7 +158,7 @@ def torch_threads(at_most: int) -> Iterator[None]:
 
 def passage_threads() -> int:
     """Threads for a forward pass of passages starting now: the calling thread's, less the cores the process's own
-    other work holds (``kbflow.cores``), and at least one."""
+    other work holds (``kbflow.runtime.cores``), and at least one."""
     import torch
 
     return max(1, torch.get_num_threads() - cores.taken())

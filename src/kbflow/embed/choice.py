@@ -13,9 +13,9 @@ from __future__ import annotations
 from typing import cast
 
 from kbflow.config import EmbedderConfig
-from kbflow.embedder_config import EMBEDDER_MODELS, AutoEmbedder
-from kbflow.errors import ConfigError
-from kbflow.model_ids import backend_of_model, precision_of_model
+from kbflow.config.embedders import EMBEDDER_MODELS, AutoEmbedder
+from kbflow.core.errors import ConfigError
+from kbflow.core.model_ids import backend_of_model, precision_of_model
 
 DEFAULT_BACKEND = "e5"
 def for_namespace(config: EmbedderConfig, meta: dict | None) -> EmbedderConfig:

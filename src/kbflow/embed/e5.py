@@ -53,9 +53,9 @@ from kbflow.chunk.counters import bisect_cut
 from kbflow.embed import e5_int8
 from kbflow.embed.q4 import Q4Model, WordTable, dequantise, file_sha256, read_q4_file
 from kbflow.embed.base import QUERY_PASS_TEXTS, BaseEmbedder, format_prefixes, passage_threads, torch_threads
-from kbflow.environment import cpu_info
-from kbflow.errors import ConfigError, EmbeddingError
-from kbflow.extras import check
+from kbflow.runtime.environment import cpu_info
+from kbflow.core.errors import ConfigError, EmbeddingError
+from kbflow.core.extras import check
 
 log = logging.getLogger(__name__)
 
@@ -468,7 +468,7 @@ class E5SmallEmbedder(BaseEmbedder):
                     out[batch] = engine(padded, mask)
                 continue
             with self._encode_lock:
-                # beside the run's own work, a core fewer (kbflow.cores); CTranslate2 (int8) keeps its threads
+                # beside the run's own work, a core fewer (kbflow.runtime.cores); CTranslate2 (int8) keeps its threads
                 with torch_threads(passage_threads()) if self.precision != "int8" else nullcontext():
                     out[batch] = engine(padded, mask)
         return out

@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 
 from kbflow.embed.q4 import dequantise, file_sha256
-from kbflow.environment import user_cache_dir
-from kbflow.errors import EmbeddingError
-from kbflow.extras import require
+from kbflow.runtime.environment import user_cache_dir
+from kbflow.core.errors import EmbeddingError
+from kbflow.core.extras import require
 
 CONVERT_VERSION = 1  # bump when the conversion, WIDTH_STEP or the padding changes what a vector is
 WIDTH_STEP = 16  # padded widths: multiples of 16 tokens (measured: 8, 16, 32 run within 10% of each other)

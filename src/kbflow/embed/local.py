@@ -16,8 +16,8 @@ import numpy as np
 
 from kbflow.embed.base import QUERY_PASS_TEXTS, BaseEmbedder, format_prefixes, torch_threads
 from kbflow.chunk.counters import PrefixedCounter
-from kbflow.errors import ConfigError
-from kbflow.extras import require
+from kbflow.core.errors import ConfigError
+from kbflow.core.extras import require
 from kbflow.chunk.tokens import HFTokenCounter
 
 

@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 
 from kbflow.embed.local import LocalEmbedder, read_model_json
-from kbflow.environment import user_cache_dir
-from kbflow.errors import ConfigError
-from kbflow.extras import require
+from kbflow.runtime.environment import user_cache_dir
+from kbflow.core.errors import ConfigError
+from kbflow.core.extras import require
 
 EXPORT_VERSION = 1
 

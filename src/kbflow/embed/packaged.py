@@ -27,7 +27,7 @@ import numpy as np
 
 from kbflow.embed.base import BaseEmbedder, format_prefixes
 from kbflow.chunk.counters import FunctionTokenCounter
-from kbflow.extras import require
+from kbflow.core.extras import require
 
 USE_MAX_TOKENS = 512
 E5_MAX_TOKENS = 512  # multilingual-e5-small's position embeddings

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kbflow.errors import ConfigError
+from kbflow.core.errors import ConfigError
 
 QK = 32  # weights per Q4_0 block
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kbflow import embedder_config as sections
+from kbflow.config import embedders as sections
 from kbflow.config import EmbedderConfig
 from kbflow.embed.base import Embedder
-from kbflow.errors import ConfigError
+from kbflow.core.errors import ConfigError
 
 
 def _local(c: sections.LocalEmbedder) -> Embedder:

@@ -4,7 +4,7 @@
 Every request carries at most ``max_batch`` texts (DashScope text-embedding-v3/v4: 10 rows of at most 8,192
 tokens each, the documented limits), waits for the client-side rate limit, and is retried on its own under the
 embedder's ``RetryPolicy`` (``embedder.connection.retries`` / ``retry_budget_s``: 429, 5xx and timeouts, honouring
-Retry-After; a bad key or bad input fails at once). What a status means is ``kbflow.http``'s, for every remote
+Retry-After; a bad key or bad input fails at once). What a status means is ``kbflow.core.http``'s, for every remote
 client. A request that succeeded is never sent again: the ingest caches its vectors before the next request.
 
 The API key is read from the environment variable the config names; it never appears in a message.
@@ -20,12 +20,12 @@ import threading
 
 import numpy as np
 
-from kbflow import http
+from kbflow.core import http
 from kbflow.chunk.tokens import EstimateTokenCounter
 from kbflow.embed.base import BaseEmbedder, format_prefixes
 from kbflow.embed.ratelimit import shared_limiter
-from kbflow.errors import ConfigError, EmbeddingError, TransientError
-from kbflow.retry import RetryPolicy, call_with_retries
+from kbflow.core.errors import ConfigError, EmbeddingError, TransientError
+from kbflow.core.retry import RetryPolicy, call_with_retries
 
 DASHSCOPE_MODELS = {  # model -> (max rows per request, max tokens per row, allowed dimensions, default dimension)
     "text-embedding-v4": (10, 8192, (2048, 1536, 1024, 768, 512, 256, 128, 64), 1024),

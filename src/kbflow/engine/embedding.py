@@ -18,8 +18,8 @@ import numpy as np
 from kbflow.embed.base import Embedder
 from kbflow.engine import stages
 from kbflow.engine.runner import StageRunner, call
-from kbflow.errors import AuthError
-from kbflow.failpoints import failpoint
+from kbflow.core.errors import AuthError
+from kbflow.runtime.failpoints import failpoint
 from kbflow.stores.vector_cache import VectorCache
 
 log = logging.getLogger("kbflow.engine")

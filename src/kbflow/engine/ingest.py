@@ -33,7 +33,9 @@ from typing import Protocol
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kbflow import cores, memory, progress
+from kbflow.runtime import cores
+from kbflow.runtime import memory
+from kbflow.runtime import progress
 from kbflow.chunk.chunker import chunker_fingerprint
 from kbflow.chunk.plans import PlanCache
 from kbflow.chunk.quality import add_batch as add_chunk_quality
@@ -52,7 +54,7 @@ from kbflow.convert.secrets import SecretFound, redact
 from kbflow.embed import get_embedder
 from kbflow.embed.base import Embedder
 from kbflow.embed.choice import for_namespace
-from kbflow.environment import quick_gil_handoffs
+from kbflow.runtime.environment import quick_gil_handoffs
 from kbflow.engine import stages
 from kbflow.engine.embedding import embed_with_cache
 from kbflow.engine.plan import Fingerprints, Plan, check_deletion_guard, make_plan
@@ -61,23 +63,23 @@ from kbflow.engine.rows import (chunks_of, conversion_failures, embed_inputs, fa
 from kbflow.engine.runner import DirectRunner, Pending, StageRunner, call
 from kbflow.engine.summary import ChunkCounts, DocumentCounts, Failure, GraphCounts, RunSummary
 from kbflow.engine.store_check import readable_cache, trusted_manifest
-from kbflow.errors import ConfigError, KbflowError
-from kbflow.failpoints import failpoint
+from kbflow.core.errors import ConfigError, KbflowError
+from kbflow.runtime.failpoints import failpoint
 from kbflow.graph.extract import extractor_fingerprint
 from kbflow.graph.llm_extract import FactCache, LlmExtractor, extractor_name
 from kbflow.graph.store import GraphStore
-from kbflow.schemas import CHUNKS, DOCUMENTS, EDGES, MANIFEST, SECTIONS
+from kbflow.core.schemas import CHUNKS, DOCUMENTS, EDGES, MANIFEST, SECTIONS
 from kbflow.search.llm import open_chat
 from kbflow.search.tokens import TOKENIZER_VERSION, stored_terms_version
 from kbflow.state import housekeeping, layout
 from kbflow.state.lock import namespace_lock
 from kbflow.state.manifest import NamespaceState
 from kbflow.state.snapshots import clean_temporaries, write_table
-from kbflow.storage import location
+from kbflow.core.storage import location
 from kbflow.stores import open_store
 from kbflow.stores.base import Store
 from kbflow.stores.errors import store_errors
-from kbflow.trust import SourcePolicy
+from kbflow.core.trust import SourcePolicy
 from kbflow.stores.factory import store_uri
 from kbflow.stores.vector_cache import VectorCache
 
@@ -105,7 +107,7 @@ class IngestJob:
     # add these files (new or changed) and leave the namespace's other documents alone; without it the sources
     # are the namespace's whole set of files, and stored files no longer among them are removed
     add_only: bool = False
-    # when set, files met in a folder's walk must really lie under these folders (``kbflow.trust``): a symlink
+    # when set, files met in a folder's walk must really lie under these folders (``kbflow.core.trust``): a symlink
     # leading out of them is not read. Set for sources that someone else sent (MCP, a Run form, CI)
     roots: tuple[str, ...] = ()
     # documents sent inline, already scanned and kept in the inbox: {'source_path', 'path'} (kbflow.sources.upload)

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from kbflow.convert.scan import SourceFile, UnreadableFolder
-from kbflow.errors import DeletionGuardError
-from kbflow.schemas import PLAN
+from kbflow.core.errors import DeletionGuardError
+from kbflow.core.schemas import PLAN
 
 
 @dataclass

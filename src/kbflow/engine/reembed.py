@@ -24,16 +24,16 @@ import yaml
 
 from kbflow.chunk.chunker import prefix_line, sha256_text
 from kbflow.config import EmbedderConfig, KbConfig, check_namespace, load_config
-from kbflow.embedder_config import embedder_config as embedder_section
+from kbflow.config.embedders import embedder_config as embedder_section
 from kbflow.embed import get_embedder
 from kbflow.embed.choice import for_namespace
 from kbflow.engine import stages
 from kbflow.engine.embedding import embed_with_cache
 from kbflow.engine.runner import DirectRunner, StageRunner
 from kbflow.engine.summary import Failure
-from kbflow.errors import ConfigError, EmbeddingError
-from kbflow.evaluate import IngestCorpus, eval_beir
-from kbflow.schemas import store_schema
+from kbflow.core.errors import ConfigError, EmbeddingError
+from kbflow.engine.evaluate import IngestCorpus, eval_beir
+from kbflow.core.schemas import store_schema
 from kbflow.state.lock import namespace_lock
 from kbflow.state.manifest import NamespaceState, live_store_namespace, store_namespace_for
 from kbflow.stores import open_store

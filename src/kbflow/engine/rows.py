@@ -16,10 +16,10 @@ from kbflow.chunk.plans import PlanCache, chunk_remembering
 from kbflow.config import ChunkConfig
 from kbflow.engine.plan import Fingerprints
 from kbflow.engine.summary import Failure
-from kbflow.errors import ConfigError
+from kbflow.core.errors import ConfigError
 from kbflow.search.tokens import TOKENIZER_VERSION, tokens_text
 from kbflow.sources import origin_of
-from kbflow.schemas import CHUNKS, FAILURES, MANIFEST, SECTIONS, store_schema
+from kbflow.core.schemas import CHUNKS, FAILURES, MANIFEST, SECTIONS, store_schema
 from kbflow.chunk.split import Block, split_markdown
 from kbflow.chunk.tokens import TokenCounter
 

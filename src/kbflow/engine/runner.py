@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
-from kbflow.retry import RetryPolicy, call_with_retries
+from kbflow.core.retry import RetryPolicy, call_with_retries
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -72,7 +72,7 @@ class DirectRunner:
         return call_with_retries(work, self.policies[work.stage])
 
     def submit(self, work: StageCall[R], *, label: str, cache_key: str | None = None) -> Pending[R]:
-        # in the submitting run's context: its progress listener (kbflow.progress) and conversion workers
+        # in the submitting run's context: its progress listener (kbflow.runtime.progress) and conversion workers
         # (kbflow.convert.converters.run_conversion_pool) are context variables
         return self._pool.submit(contextvars.copy_context().run, self._call, work)
 

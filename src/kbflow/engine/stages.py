@@ -27,11 +27,11 @@ from kbflow.convert.cache import ConversionCache
 from kbflow.convert.converters import convert_batch
 from kbflow.convert.scan import SourceFile
 from kbflow.embed.base import Embedder
-from kbflow import progress
+from kbflow.runtime import progress
 from kbflow.graph.extract import extract_edges
 from kbflow.engine import rows
 from kbflow.engine.summary import Failure
-from kbflow.retry import RetryPolicy
+from kbflow.core.retry import RetryPolicy
 from kbflow.stores.errors import store_errors
 from kbflow.stores.vector_cache import VectorCache
 

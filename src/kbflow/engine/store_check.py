@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kbflow.state import heal
-from kbflow.errors import KbflowError
+from kbflow.core.errors import KbflowError
 from kbflow.state.files import store_unreadable
 from kbflow.stores.errors import damage_reason, refuse_denied
 

@@ -2,7 +2,7 @@
 
 The engine fills one ``RunSummary`` per run, in place, as the run goes; ``to_dict()`` is its JSON form, the one
 ``kbflow ingest --json`` prints, a flow run returns, ``last_run.json`` records and the Prefect summary artifact
-shows. Every failure is a ``Failure`` with the columns of the run's ``failures.parquet`` (``kbflow.schemas.FAILURES``).
+shows. Every failure is a ``Failure`` with the columns of the run's ``failures.parquet`` (``kbflow.core.schemas.FAILURES``).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from kbflow.graph.llm_extract import fact_edges
 from kbflow.graph.terms import term_key
-from kbflow.schemas import EDGES
+from kbflow.core.schemas import EDGES
 
 GRAPH_VERSION = "2"  # 2: dotted names as words (os.path.join), signature keywords dropped
 STRUCTURE = f"structure@{GRAPH_VERSION}"

@@ -24,8 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 
-from kbflow import storage
-from kbflow.errors import KbflowError, PermanentError
+from kbflow.core import storage
+from kbflow.core.errors import KbflowError, PermanentError
 from kbflow.graph.terms import term_key
 from kbflow.search.llm import parse_reply
 from kbflow.stores.lancedb_store import open_table_or_none, select_in

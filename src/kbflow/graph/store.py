@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from kbflow import storage
-from kbflow.schemas import EDGES
+from kbflow.core import storage
+from kbflow.core.schemas import EDGES
 from kbflow.stores.lancedb_store import (IN_LIST_MAX, delete_in, open_table_or_none, select_in, sql_list,
                                          sql_str)
 

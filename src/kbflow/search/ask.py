@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from kbflow.errors import ConfigError
+from kbflow.core.errors import ConfigError
 from kbflow.search.agentic import Agent
 from kbflow.search.citations import source_label
 from kbflow.search.searcher import Searcher

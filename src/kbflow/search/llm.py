@@ -9,7 +9,7 @@ import re
 import httpx
 
 from kbflow.config import LlmConfig
-from kbflow.errors import LlmNotConfigured, PermanentError
+from kbflow.core.errors import LlmNotConfigured, PermanentError
 from kbflow.search.remote import post_json
 
 BASE_URL_ENV = "OPENAI_BASE_URL"  # the OpenAI SDK's variable: the base URL when the config sets none

@@ -20,8 +20,8 @@ from typing import Callable
 import httpx
 
 from kbflow.config import LlmConfig
-from kbflow.errors import ConfigError, LlmNotConfigured, PermanentError
-from kbflow.extras import require
+from kbflow.core.errors import ConfigError, LlmNotConfigured, PermanentError
+from kbflow.core.extras import require
 
 _servers: dict[tuple, tuple] = {}
 _lock = threading.Lock()

@@ -1,5 +1,5 @@
 """JSON over HTTP for the remote services of the read side (rerank API, chat LLM): one request through
-``kbflow.http`` (what each status means), retried as the section's ``RemoteConnection`` says (429, 5xx and
+``kbflow.core.http`` (what each status means), retried as the section's ``RemoteConnection`` says (429, 5xx and
 timeouts, with backoff and jitter, honouring Retry-After; a refused key or a bad request fails at once). The key
 never appears in a message."""
 
@@ -9,10 +9,10 @@ import os
 
 import httpx
 
-from kbflow import http
-from kbflow.connection import RemoteConnection
-from kbflow.errors import ConfigError
-from kbflow.retry import call_with_retries
+from kbflow.core import http
+from kbflow.config.connection import RemoteConnection
+from kbflow.core.errors import ConfigError
+from kbflow.core.retry import call_with_retries
 
 
 def api_key(env_name: str, purpose: str) -> str:

@@ -8,10 +8,10 @@ from typing import Protocol
 
 import httpx
 
-from kbflow import http
+from kbflow.core import http
 from kbflow.config import RerankConfig
-from kbflow.errors import ConfigError, PermanentError
-from kbflow.extras import require
+from kbflow.core.errors import ConfigError, PermanentError
+from kbflow.core.extras import require
 from kbflow.search.remote import api_key, post_json
 
 DASHSCOPE_MAX_DOCUMENTS = 500  # per request, the API's documented limit

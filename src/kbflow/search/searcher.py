@@ -21,11 +21,11 @@ import numpy as np
 from kbflow.config import KbConfig, check_namespace
 from kbflow.embed import get_embedder
 from kbflow.embed.choice import for_namespace
-from kbflow.errors import ConfigError
+from kbflow.core.errors import ConfigError
 from kbflow.state.manifest import NamespaceState
 from kbflow.search import fusion
 from kbflow.search.tokens import TOKENIZER_VERSION, terms_function
-from kbflow.storage import is_remote
+from kbflow.core.storage import is_remote
 from kbflow.stores import Hit, SearchFilter, open_store
 
 MODES = ("vector", "bm25", "hybrid", "rerank", "graph")

@@ -18,7 +18,7 @@ import re
 import threading
 from functools import lru_cache
 
-from kbflow.errors import ConfigError
+from kbflow.core.errors import ConfigError
 
 TOKENIZER_VERSION = "jieba-0.42.1-search-lower+en-stop-snowball-3.1.1"
 WORDS_VERSION = "jieba-0.42.1-search-lower-1"  # the version before: words only; namespaces without a record have it

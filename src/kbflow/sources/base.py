@@ -5,7 +5,7 @@ A kind is one module (``kbflow.sources.local``, ``objects``, ``web``, ``upload``
 
 * **identity**: the source path a document is stored under (its ``doc_id`` is a hash of namespace and source
   path), and the ``prefix`` that keeps inline uploads and texts in their own space;
-* **confinement**: what someone else's source may reach (``confine``, over ``kbflow.trust.SourcePolicy``);
+* **confinement**: what someone else's source may reach (``confine``, over ``kbflow.core.trust.SourcePolicy``);
 * **fetch**: how its bytes are read; **change**: how a changed document is told from an unchanged one.
 
 ``identity``, ``confinement``, ``fetch`` and ``change`` are also the words docs/architecture.md prints for each
@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kbflow.trust import SourcePolicy
+from kbflow.core.trust import SourcePolicy
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ import pyarrow as pa
 from kbflow.convert.archive import MEMBER_SEP
 from kbflow.convert.scan import SourceFile, doc_id_for
 from kbflow.sources.base import SourceKind, register
-from kbflow.trust import SourcePolicy, file_path, is_file_url
-from kbflow.urls import is_url
+from kbflow.core.trust import SourcePolicy, file_path, is_file_url
+from kbflow.core.urls import is_url
 
 
 def _claims(source: str) -> bool:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from kbflow.convert.web import is_web
 from kbflow.sources.base import SourceKind, confine_url, register
-from kbflow.trust import is_file_url
-from kbflow.urls import is_url
+from kbflow.core.trust import is_file_url
+from kbflow.core.urls import is_url
 
 
 def _claims(source: str) -> bool:

@@ -17,9 +17,9 @@ import time
 from kbflow.config import ConvertConfig
 from kbflow.convert.objects import read_bytes
 from kbflow.convert.scan import SourceFile, doc_id_for
-from kbflow.errors import ConfigError
+from kbflow.core.errors import ConfigError
 from kbflow.sources.base import SourceKind, claims_nothing, not_a_source, register
-from kbflow.trust import MAX_NAME_BYTES
+from kbflow.core.trust import MAX_NAME_BYTES
 
 INBOX = "mcp-inbox"  # under the data dir: one folder per namespace
 

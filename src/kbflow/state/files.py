@@ -19,8 +19,8 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kbflow.errors import StateDamaged
-from kbflow.storage import location
+from kbflow.core.errors import StateDamaged
+from kbflow.core.storage import location
 
 __all__ = ["StateDamaged", "damaged", "read_json", "read_parquet", "repair_command", "store_unreadable"]
 

@@ -8,7 +8,7 @@ readable, never invented. What each costs is in docs/reliability.md.
 * ``manifest.parquet``: rebuilt from the store (document, source path, chunk ids) with no source hash or stage
   fingerprints, so the next ingest re-checks every document instead of trusting it unchanged;
 * ``namespace.json``: the model from the manifest, the last run, or the vector cache that holds the stored texts,
-  with the dimension of the stored vectors (``kbflow.verify.rewrite_meta``: it needs the embedder, a stage this
+  with the dimension of the stored vectors (``kbflow.ops.verify.rewrite_meta``: it needs the embedder, a stage this
   layer does not import);
 * ``last_run.json``: removed (the next ingest writes it).
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from kbflow.config import KbConfig
-from kbflow.schemas import MANIFEST
+from kbflow.core.schemas import MANIFEST
 from kbflow.state.manifest import NamespaceState
 
 REBUILT_RUN_ID = "rebuilt-by-verify"  # the run id of manifest rows rebuilt from the store

@@ -8,7 +8,7 @@ import os
 import socket
 import time
 
-from kbflow.errors import KbflowError
+from kbflow.core.errors import KbflowError
 
 
 class NamespaceLocked(KbflowError):

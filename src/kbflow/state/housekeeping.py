@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from kbflow.storage import is_remote, location, remove_tree
+from kbflow.core.storage import is_remote, location, remove_tree
 
 
 def prune_runs(runs_dir, keep: int) -> list[str]:

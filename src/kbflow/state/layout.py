@@ -22,8 +22,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kbflow import schemas
-from kbflow.storage import location
+from kbflow.core import schemas
+from kbflow.core.storage import location
 
 CONVERSION_CACHE = ("prefect", "results", "kbflow-convert")
 # each run snapshot's schema, by its name (a part file by its folder's)

@@ -16,10 +16,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from kbflow.state.files import LOCK_NAME, damaged
-from kbflow import progress
+from kbflow.runtime import progress
 from kbflow.state.holders import NamespaceLocked, died_here, held_by, pid_of
 from kbflow.state.object_lock import ObjectLock
-from kbflow.storage import is_remote, location
+from kbflow.core.storage import is_remote, location
 
 log = logging.getLogger("kbflow.lock")
 

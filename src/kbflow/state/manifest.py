@@ -15,12 +15,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kbflow.errors import ModelMismatchError
-from kbflow.model_ids import backend_of_model, precision_of_model
-from kbflow.schemas import MANIFEST
+from kbflow.core.errors import ModelMismatchError
+from kbflow.core.model_ids import backend_of_model, precision_of_model
+from kbflow.core.schemas import MANIFEST
 from kbflow.state.files import damaged, LOCK_NAME, META_KEYS, read_json, read_parquet
 from kbflow.state.snapshots import write_table
-from kbflow.storage import location, remove_tree, write_bytes_atomic
+from kbflow.core.storage import location, remove_tree, write_bytes_atomic
 
 
 MANIFEST_REQUIRED = ("doc_id", "source_path", "chunk_ids")  # without these a manifest row means nothing

@@ -27,10 +27,10 @@ import threading
 import time
 import uuid
 
-from kbflow.errors import ConfigError
+from kbflow.core.errors import ConfigError
 from kbflow.state.files import LOCK_NAME
 from kbflow.state.holders import NamespaceLocked, died_here, held_by
-from kbflow.urls import filesystem
+from kbflow.core.urls import filesystem
 
 log = logging.getLogger(__name__)
 

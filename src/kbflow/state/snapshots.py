@@ -8,8 +8,8 @@ import io
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kbflow.schemas import SCHEMA_VERSION
-from kbflow.storage import TMP_SUFFIX, is_remote, location, write_bytes_atomic
+from kbflow.core.schemas import SCHEMA_VERSION
+from kbflow.core.storage import TMP_SUFFIX, is_remote, location, write_bytes_atomic
 
 __all__ = ["TMP_SUFFIX", "write_table", "read_table", "clean_temporaries"]
 

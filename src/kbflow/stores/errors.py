@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from typing import ParamSpec, TypeVar
 from pathlib import Path
 
-from kbflow.errors import DATA_DIR_IN_USE, AccessDenied, KbflowError, PermanentError, StoreBusy
+from kbflow.core.errors import DATA_DIR_IN_USE, AccessDenied, KbflowError, PermanentError, StoreBusy
 
 TRANSIENT_ERRNOS = frozenset({errno.EAGAIN, errno.EBUSY, errno.EINTR, errno.ETIMEDOUT, errno.ESTALE,
                               errno.ECONNRESET, errno.ECONNABORTED, errno.ENETDOWN, errno.ENETUNREACH,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from kbflow.config import KbConfig
-from kbflow.errors import ConfigError
-from kbflow.storage import is_remote, location
+from kbflow.core.errors import ConfigError
+from kbflow.core.storage import is_remote, location
 
 
 def store_uri(config: KbConfig) -> str:
@@ -17,7 +17,7 @@ def store_uri(config: KbConfig) -> str:
 
 def mirror_dir(config: KbConfig) -> Path:
     """Where searches keep local copies of tables in a bucket (``kbflow.stores.mirror``)."""
-    from kbflow.environment import user_cache_dir
+    from kbflow.runtime.environment import user_cache_dir
 
     return Path(config.store.mirror_dir) if config.store.mirror_dir else user_cache_dir() / "mirror"
 

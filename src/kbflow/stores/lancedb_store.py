@@ -44,9 +44,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kbflow.errors import ConfigError
-from kbflow.schemas import store_schema
-from kbflow import storage
+from kbflow.core.errors import ConfigError
+from kbflow.core.schemas import store_schema
+from kbflow.core import storage
 from kbflow.state.files import store_unreadable
 from kbflow.state.layout import set_aside
 from kbflow.stores.base import Hit, SearchFilter
@@ -354,7 +354,7 @@ class LanceStore:
     @property
     def settings(self) -> dict:
         """What the config made this store with beyond where it is: a copy in another process is made with the
-        same (kbflow.portable), or its writes would index with LanceDB's defaults."""
+        same (kbflow.engine.portable), or its writes would index with LanceDB's defaults."""
         return {"vector_index_min_rows": self.vector_index_min_rows, "vector_index_type": self.vector_index_type,
                 "ann_nprobes": self.ann_nprobes, "ann_ef": self.ann_ef, "ann_refine_factor": self.ann_refine_factor,
                 "mirror_dir": self.mirror_dir, "exact_in_memory_rows": self.exact_in_memory_rows}

@@ -28,7 +28,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kbflow import storage
+from kbflow.core import storage
 
 if TYPE_CHECKING:
     from lancedb.table import Table

@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from kbflow.errors import ConfigError
-from kbflow.extras import require
-from kbflow.schemas import store_schema
+from kbflow.core.errors import ConfigError
+from kbflow.core.extras import require
+from kbflow.core.schemas import store_schema
 from kbflow.state.files import store_unreadable
 from kbflow.stores.base import Hit, SearchFilter
 from kbflow.stores.errors import first_denied, refuse_denied
@@ -167,7 +167,7 @@ class QdrantStore:
         self.bm25 = (bm25_k1, bm25_b, bm25_avg_len)
         self._source_paths: list[str] | None = None  # distinct source paths, for glob filters; reset by writes
         self.location = location
-        self.api_key_env = api_key_env  # the variable's name, never the key (see kbflow.portable)
+        self.api_key_env = api_key_env  # the variable's name, never the key (see kbflow.engine.portable)
         self.namespace = namespace
         self.dimension = dimension
         self.collection = f"kbflow_{namespace}"
@@ -182,7 +182,7 @@ class QdrantStore:
     @property
     def settings(self) -> dict:
         """What the config made this store with beyond where it is: a copy in another process is made with the same
-        (kbflow.portable); the API key travels as its variable's name only."""
+        (kbflow.engine.portable); the API key travels as its variable's name only."""
         k1, b, avg_len = self.bm25
         return {"api_key_env": self.api_key_env, "bm25_k1": k1, "bm25_b": b, "bm25_avg_len": avg_len}
 

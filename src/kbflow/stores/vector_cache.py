@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from kbflow.schemas import vectors_schema
-from kbflow import storage
-from kbflow.errors import StateDamaged
+from kbflow.core.schemas import vectors_schema
+from kbflow.core import storage
+from kbflow.core.errors import StateDamaged
 from kbflow.state.layout import set_aside
 from kbflow.stores.lancedb_store import (check_folders, delete_in, open_table_or_none, opening_damage,
                                          restore_readable, select_in, set_aside_damage, unreadable_reason)

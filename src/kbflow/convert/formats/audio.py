@@ -12,8 +12,8 @@ import os
 
 import numpy as np
 
-from kbflow.errors import ConversionError
-from kbflow.extras import package_version, require
+from kbflow.core.errors import ConversionError
+from kbflow.core.extras import package_version, require
 
 AUDIO_SUFFIXES = {".wav", ".flac", ".ogg", ".oga", ".mp3", ".aiff", ".aif"}
 MODEL_RATE = 16000

@@ -13,10 +13,10 @@ import base64
 import os
 from dataclasses import dataclass
 
-from kbflow import http
+from kbflow.core import http
 from kbflow.config import ConvertConfig
-from kbflow.errors import AuthError, ConversionError, PermanentError, TransientError
-from kbflow.retry import RetryPolicy, call_with_retries
+from kbflow.core.errors import AuthError, ConversionError, PermanentError, TransientError
+from kbflow.core.retry import RetryPolicy, call_with_retries
 
 ENDPOINT = "/services/aigc/multimodal-generation/generation"  # under the DashScope API base
 MAX_DATA_URL_BYTES = 10 * 1024 * 1024  # the service's limit on an inline (base64) audio

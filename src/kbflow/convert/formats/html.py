@@ -19,7 +19,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-from kbflow.errors import ConversionError
+from kbflow.core.errors import ConversionError
 
 HTML_SUFFIXES = {".html", ".htm", ".xhtml"}
 # page furniture that is not content: navigation bars, headers and footers, scripts (never run or fetched)

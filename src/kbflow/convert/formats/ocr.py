@@ -12,8 +12,8 @@ import io
 import numpy as np
 
 from kbflow.convert.formats.text import escape_line
-from kbflow.errors import ConversionError
-from kbflow.extras import package_version, require
+from kbflow.core.errors import ConversionError
+from kbflow.core.extras import package_version, require
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".gif", ".webp"}
 _engine = None

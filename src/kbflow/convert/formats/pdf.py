@@ -21,7 +21,7 @@ from kbflow.convert.formats.pdf_layout import NUMBERED_RE, Line, locate_gaps, ma
 from kbflow.convert.formats.pdf_tables import Table, page_tables, table_markdown
 from kbflow.convert.formats.text import escape_line
 from kbflow.convert.furniture import drop_furniture
-from kbflow.errors import ConversionError
+from kbflow.core.errors import ConversionError
 
 __all__ = ["Line", "convert_pdf", "lines_to_markdown", "open_pdf", "render_page"]
 

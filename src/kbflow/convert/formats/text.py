@@ -9,7 +9,7 @@ from __future__ import annotations
 import codecs
 import re
 
-from kbflow.errors import ConversionError
+from kbflow.core.errors import ConversionError
 
 TEXT_SUFFIXES = {".md", ".markdown", ".txt", ".rst", ".text", ".log", ".tex", ".org", ".adoc"}
 DATA_SUFFIXES = {".json": "json", ".jsonl": "json", ".xml": "xml", ".yaml": "yaml", ".yml": "yaml", ".toml": "toml",

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from kbflow.environment import user_cache_dir
-from kbflow.errors import ConfigError, ConversionError
-from kbflow.extras import missing, package_version, require
+from kbflow.runtime.environment import user_cache_dir
+from kbflow.core.errors import ConfigError, ConversionError
+from kbflow.core.extras import missing, package_version, require
 
 PACKAGED_SHA256 = "d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9"  # model.bin, both parts
 PACKAGED_NAME = f"whisper-base-ct2-{PACKAGED_SHA256[:12]}"

@@ -1,0 +1,3 @@
+from kbflow.cli.main import main
+
+main()
