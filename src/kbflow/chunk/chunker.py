@@ -531,13 +531,21 @@ class LongTable(TableParts):
 def _long_tables(sections: list[tuple[str, list[Block]]], headings: list[tuple[str, int]],
                  section_counts: list[list[int]], counter: TokenCounter, content_budget: int) -> dict[int, LongTable]:
     """The sections that are one table too long for a chunk with its heading prefix, by index, whose caption and
-    header take at most ``TABLE_CONTEXT_SHARE`` of the budget with the heading prefix (counted in one call)."""
-    found = {}
+    header take at most ``TABLE_CONTEXT_SHARE`` of the budget with the heading prefix (counted in one call).
+
+    Too long means the whole chunk's text, counted as one text: a caption's and a table's counts need not add up
+    to the count of both joined (SentencePiece merges across the blank line), and a table judged to fit by the
+    sum would be cut inside a row at the tokenizer's limit."""
+    candidates = {}
     for i, ((markdown, section), (_, heading_tokens), block_counts) in enumerate(zip(sections, headings,
                                                                                     section_counts)):
         parts = table_parts(markdown, section)
-        if parts is not None and sum(block_counts) > content_budget - heading_tokens:
-            found[i] = parts
+        # parts that add up to half the budget cannot join to over all of it: only the others are counted again
+        if parts is not None and sum(block_counts) > (content_budget - heading_tokens) // 2:
+            candidates[i] = parts
+    whole = counter.count([headings[i][0] + sections[i][0][sections[i][1][0].char_start:sections[i][1][-1].char_end]
+                           for i in candidates])
+    found = {i: parts for (i, parts), n_tokens in zip(candidates.items(), whole) if n_tokens > content_budget}
     contexts = [headings[i][0] + _context(sections[i], parts) for i, parts in found.items()]
     return {i: LongTable(parts.caption, parts.rows_start, tokens)
             for (i, parts), tokens in zip(found.items(), counter.count(contexts))
