@@ -268,7 +268,7 @@ def test_a_304_to_a_page_never_stored_fails_that_page_only(releases, tmp_path):
 
 
 def test_every_door_that_fetches_names_a_body_by_one_content_type_map():
-    """A configured web source and MCP's add_document convert a fetched body by the same map (convert.web.SUFFIXES):
+    """A configured web source and MCP's add_document convert a fetched body by the same map (the formats registry's content types):
     its content type, else its URL's extension, else each door's default (a site's page reads as HTML; a URL an
     agent sends, as text)."""
     from kbflow.convert.web import suffix_for

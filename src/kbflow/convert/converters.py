@@ -1,15 +1,13 @@
 """Convert source files to Markdown. A file that fails becomes a row with status 'failed', never an exception
 that stops the batch.
 
-Each format has its own path (``kbflow.convert.formats``): PDF through PDFium with OCR for pages without text, images by
-OCR, audio by speech recognition, HTML cleaned and structured, text decoded with its encoding recorded, code and
-data fenced, Office files and EPUB through MarkItDown, ZIP members as documents of their own.
+Each format is one module of ``kbflow.convert.formats`` (or a plugin's) that declares what it takes and how it
+converts; the formats registry picks one per file name. ZIP members are documents of their own (``archive``).
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import multiprocessing
 import os
 import threading
@@ -26,12 +24,12 @@ from kbflow.convert.objects import read_bytes
 from kbflow.config import ConvertConfig
 from kbflow.core.extras import package_version
 from kbflow.core.errors import ConversionError
-from kbflow.convert.formats.audio import AUDIO_SUFFIXES, audio_fingerprint, transcribe
-from kbflow.convert.formats.html import HTML_SUFFIXES, HTML_VERSION, convert_html
-from kbflow.convert.formats.ocr import IMAGE_SUFFIXES, image_array, ocr_fingerprint, ocr_text
-from kbflow.convert.formats.pdf import PDF_VERSION, convert_pdf
-from kbflow.convert.formats.text import (CSV_SUFFIXES, TEXT_SUFFIXES, check_lines, code_language, csv_table, decode_text,
-                                 fenced)
+from kbflow.convert.formats.audio import audio_fingerprint
+from kbflow.convert.formats.html import HTML_VERSION
+from kbflow.convert.formats.ocr import ocr_fingerprint
+from kbflow.convert.formats.pdf import PDF_VERSION
+from kbflow.convert.formats.registry import format_for, plugin_fingerprint
+from kbflow.convert.formats.text import decode_text
 from kbflow.convert.scan import SourceFile
 from kbflow.convert.secrets import SecretFound, check_secrets, scan_text
 from kbflow.core.schemas import DOCUMENTS
@@ -40,15 +38,13 @@ __all__ = ["Converted", "convert_file", "convert_bytes", "convert_batch", "conve
            "text_documents"]
 
 CONVERT_VERSION = "3"  # bump when this module's output changes for the same input
-ZIP_MAGIC = b"PK\x03\x04"
-OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
-# Office/e-book formats MarkItDown converts, with the container their bytes must be
-MARKITDOWN_FORMATS = {".docx": ZIP_MAGIC, ".pptx": ZIP_MAGIC, ".xlsx": ZIP_MAGIC, ".epub": ZIP_MAGIC, ".xls": OLE_MAGIC}
 
 
 def converter_fingerprint(options: ConvertConfig | None = None) -> str:
-    """Name, version and options of every converter: part of every cache key, so an upgrade or an option change
-    re-converts."""
+    """Name, version and options of every converter: every stored document records it, so an upgrade or an option
+    change re-plans the stored documents (what each format's own ``fingerprint`` did not change comes from the
+    conversion cache). The built-in formats' part is spelled as it always was, since every stored document
+    records it; a plugin format adds its name and fingerprint."""
     options = options or ConvertConfig()
     output_options = (f"pdf={options.pdf_engine},ocr={options.ocr}/{options.ocr_pdf_dpi}dpi,"
                       f"line<={options.max_line_chars},html=v{HTML_VERSION},pdf=v{PDF_VERSION},"
@@ -56,27 +52,13 @@ def converter_fingerprint(options: ConvertConfig | None = None) -> str:
     return (f"kbflow-convert-v{CONVERT_VERSION}+markitdown@{package_version('markitdown')}"
             f"+pypdfium2@{package_version('pypdfium2')}"
             f"+{ocr_fingerprint(options.ocr_max_side)}+{audio_fingerprint(options)}"
-            f"+[{output_options}]")
+            f"+[{output_options}]{plugin_fingerprint(options)}")
 
 
 def format_fingerprint(options: ConvertConfig, name: str) -> str:
-    """The part of the fingerprint that one file's output depends on: the per-document cache key, so switching
-    the speech backend re-converts audio, not PDFs."""
-    suffix = PurePosixPath(name).suffix.lower()
-    base = f"kbflow-convert-v{CONVERT_VERSION}"
-    if suffix == ".pdf" and options.pdf_engine == "pdfium":
-        return (f"{base}+pdf-v{PDF_VERSION}+pypdfium2@{package_version('pypdfium2')}"
-                f"+ocr={options.ocr}/{options.ocr_pdf_dpi}dpi+"
-                f"{ocr_fingerprint(options.ocr_max_side)}")
-    if suffix in IMAGE_SUFFIXES:
-        return f"{base}+{ocr_fingerprint(options.ocr_max_side)}"
-    if suffix in AUDIO_SUFFIXES:
-        return f"{base}+{audio_fingerprint(options)}"
-    if suffix in HTML_SUFFIXES:
-        return f"{base}+html-v{HTML_VERSION}+markitdown@{package_version('markitdown')}+depth<={options.html_max_depth}"
-    if suffix in MARKITDOWN_FORMATS or suffix == ".pdf":
-        return f"{base}+markitdown@{package_version('markitdown')}"
-    return f"{base}+text+line<={options.max_line_chars}"
+    """The part of the fingerprint that one file's output depends on (its format's): the per-document cache key,
+    so switching the speech backend re-converts audio, not PDFs."""
+    return f"kbflow-convert-v{CONVERT_VERSION}+{format_for(name, options).fingerprint(options)}"
 
 
 @dataclass(frozen=True)
@@ -85,42 +67,6 @@ class Converted:
     converter: str  # the fingerprint and the path taken, e.g. '...:pdf-pdfium'
     encoding: str | None = None  # the text encoding, for text formats
     source_sha256: str | None = None  # of the bytes actually converted (a file may change after the scan)
-
-
-_markitdown = None
-
-
-def _get_markitdown():
-    global _markitdown
-    if _markitdown is None:
-        from markitdown import MarkItDown
-
-        _markitdown = MarkItDown(enable_plugins=False)
-    return _markitdown
-
-
-def _markitdown_convert(data: bytes, suffix: str, source: str) -> str:
-    from markitdown import StreamInfo
-
-    fmt = suffix[1:].upper()
-    magic = MARKITDOWN_FORMATS.get(suffix)
-    if magic is not None and not data.startswith(magic):
-        hint = " (it is an OLE container: password-protected?)" if data.startswith(OLE_MAGIC) else ""
-        raise ConversionError(f"{source}: not a valid {fmt} file{hint}; the bytes are not a {fmt} container. "
-                              "Repair or re-export it, or exclude it with convert.exclude")
-    try:
-        result = _get_markitdown().convert_stream(io.BytesIO(data), stream_info=StreamInfo(extension=suffix))
-    except Exception as exc:  # markitdown raises many unrelated types; each becomes one clear failure row
-        raise ConversionError(
-            f"{source}: corrupt or truncated {fmt} file, MarkItDown could not read it ({type(exc).__name__}: "
-            f"{' '.join(str(exc).split())[:300]}); check that it opens in its own application, re-export it, or exclude it with "
-            "convert.exclude"
-        ) from exc
-    markdown = result.text_content or ""
-    if magic is not None and markdown.strip() == data.decode("utf-8", "replace").strip():
-        raise ConversionError(f"{source}: not a valid {fmt} file (MarkItDown read its bytes as plain text); "
-                              "repair or re-export it, or exclude it with convert.exclude")
-    return markdown
 
 
 def without_nul(markdown: str) -> str:
@@ -137,53 +83,15 @@ def convert_bytes(data: bytes, name: str, source: str, options: ConvertConfig | 
     suffix = PurePosixPath(name).suffix.lower()
     if not data:
         raise ConversionError(f"{source}: empty file (0 bytes); remove it or exclude it with convert.exclude")
-    encoding = None
-    if suffix == ".pdf" and options.pdf_engine == "pdfium":
-        markdown, stats = convert_pdf(data, source, options.pdf_passwords_env, options.ocr, options.ocr_pdf_dpi,
-                                      options.ocr_max_side)
-        path = "pdf-pdfium" + ("+ocr" if stats["ocr_pages"] else "")
-        if not markdown.strip() and not options.ocr:
-            raise ConversionError(f"{source}: the PDF has no text layer and OCR is off; set convert.ocr: true")
-    elif suffix in IMAGE_SUFFIXES:
-        if not options.ocr:
-            raise ConversionError(f"{source}: images need OCR, which is off; set convert.ocr: true or exclude images")
-        markdown, path = ocr_text(image_array(data, source), options.ocr_max_side), "image-ocr"
-    elif suffix in AUDIO_SUFFIXES:
-        transcript, backend = transcribe(data, source, suffix, options)
-        markdown, path = transcript + "\n" if transcript else "", f"audio-{backend}"
-    elif suffix in HTML_SUFFIXES:
-        markdown, encoding = convert_html(data, source, options.html_max_depth)
-        path = "html"
-    elif suffix in ZIP_SUFFIXES:
+    if suffix in ZIP_SUFFIXES:
         raise ConversionError(f"{source}: a ZIP archive inside an archive is not opened; unpack the outer archive "
                               "and ingest the folder")
-    elif suffix in MARKITDOWN_FORMATS or suffix == ".pdf":
-        markdown, path = _markitdown_convert(data, suffix, source), f"markitdown{suffix}"
-    else:
-        markdown, encoding, path = _convert_text_like(data, name, suffix, source, options)
+    markdown, path, encoding = format_for(name, options).convert(data, name, source, options)
     markdown = without_nul(markdown)
     if not markdown.strip():
         raise ConversionError(f"{source}: conversion produced no text (blank page, silent audio, or an image without "
                               "legible text?); supply a text version or exclude it with convert.exclude")
     return Converted(markdown, f"{fingerprint}:{path}", encoding)
-
-
-def _convert_text_like(data: bytes, name: str, suffix: str, source: str,
-                       options: ConvertConfig) -> tuple[str, str, str]:
-    """(markdown, encoding, path) of text, CSV, code and data files; anything else that decodes as text is text."""
-    text, encoding = decode_text(data, source)
-    check_lines(text, source, options.max_line_chars)
-    if suffix in TEXT_SUFFIXES:
-        return text, encoding, "text"
-    if suffix in CSV_SUFFIXES:
-        return csv_table(text, CSV_SUFFIXES[suffix]), encoding, "csv"
-    language = code_language(name)
-    if language is not None:
-        return fenced(text, language), encoding, f"code-{language}"
-    if "\x00" in text or sum(not (c.isprintable() or c.isspace()) for c in text[:4096]) > 40:
-        raise ConversionError(f"{source}: unsupported format {suffix or '(no suffix)'} with binary content; "
-                              "exclude it with convert.exclude")
-    return text, encoding, "text"
 
 
 def convert_file(path: str, source_path: str, options: ConvertConfig | None = None,

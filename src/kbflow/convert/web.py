@@ -40,6 +40,7 @@ from html.parser import HTMLParser
 from urllib.parse import quote, urldefrag, urljoin, urlsplit
 from urllib.robotparser import RobotFileParser
 
+from kbflow.convert.formats.registry import content_type_suffixes
 from kbflow.convert.scan import SourceFile, UnreadableFolder, doc_id_for
 from kbflow.core.errors import KbflowError, PermanentError
 from kbflow.core.storage import write_bytes_atomic
@@ -48,15 +49,12 @@ from kbflow.core.trust import SourcePolicy, SourceRefused, fetch, http_client
 STATE_VERSION = 1
 MAX_SITEMAP_NESTING = 5
 URL_SAFE = ":/?#[]@!$&'()*+,;=%~"
-# the extension a fetched body is converted by, from its content type: one map for every door that fetches
-SUFFIXES = {"text/html": ".html", "application/xhtml+xml": ".html", "application/pdf": ".pdf",
-            "text/plain": ".txt", "text/markdown": ".md", "text/csv": ".csv", "application/json": ".json"}
 
 
 def suffix_for(url: str, content_type: str, default: str) -> str:
     """The extension a fetched body is converted by: its content type's, else its URL path's (a short ASCII
     one), else ``default``."""
-    known = SUFFIXES.get(content_type.split(";", 1)[0].strip().lower())
+    known = content_type_suffixes().get(content_type.split(";", 1)[0].strip().lower())
     if known:
         return known
     suffix = posixpath.splitext(urlsplit(url).path)[1].lower()

@@ -12,6 +12,8 @@ import os
 
 import numpy as np
 
+from kbflow.config import ConvertConfig
+from kbflow.convert.formats.base import Format, Markdown
 from kbflow.core.errors import ConversionError
 from kbflow.core.extras import package_version, require
 
@@ -89,3 +91,11 @@ def transcribe(data: bytes, source: str, suffix: str, options) -> tuple[str, str
         return transcribe_whisper(pcm16_mono(data, source), source, options.whisper_model_dir,
                                   options.whisper_language), backend
     return transcribe_pocketsphinx(data, source), backend
+
+
+def _convert(data: bytes, name: str, source: str, options: ConvertConfig) -> Markdown:
+    transcript, backend = transcribe(data, source, "." + name.rpartition(".")[2].lower(), options)
+    return Markdown(transcript + "\n" if transcript else "", f"audio-{backend}")
+
+
+FORMATS = [Format("audio", frozenset(AUDIO_SUFFIXES), _convert, audio_fingerprint)]

@@ -19,7 +19,10 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
+from kbflow.config import ConvertConfig
+from kbflow.convert.formats.base import Format, Markdown
 from kbflow.core.errors import ConversionError
+from kbflow.core.extras import package_version
 
 HTML_SUFFIXES = {".html", ".htm", ".xhtml"}
 # page furniture that is not content: navigation bars, headers and footers, scripts (never run or fetched)
@@ -353,3 +356,16 @@ def _decode_html(data: bytes, source: str, decode_text) -> tuple[str, str]:
         except (LookupError, UnicodeDecodeError):
             pass
     return decode_text(data, source)
+
+
+def _convert(data: bytes, name: str, source: str, options: ConvertConfig) -> Markdown:
+    markdown, encoding = convert_html(data, source, options.html_max_depth)
+    return Markdown(markdown, "html", encoding)
+
+
+def _fingerprint(options: ConvertConfig) -> str:
+    return f"html-v{HTML_VERSION}+markitdown@{package_version('markitdown')}+depth<={options.html_max_depth}"
+
+
+FORMATS = [Format("html", frozenset(HTML_SUFFIXES), _convert, _fingerprint,
+                  content_types={"text/html": ".html", "application/xhtml+xml": ".html"})]

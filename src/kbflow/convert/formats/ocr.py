@@ -11,6 +11,8 @@ import io
 
 import numpy as np
 
+from kbflow.config import ConvertConfig
+from kbflow.convert.formats.base import Format, Markdown
 from kbflow.convert.formats.text import escape_line
 from kbflow.core.errors import ConversionError
 from kbflow.core.extras import package_version, require
@@ -107,3 +109,12 @@ def reading_order(result: list, page_width: int) -> list:
             ordered.append(item)
     flush()
     return [(box, text, score) for box, text, score in ordered]
+
+
+def _convert(data: bytes, name: str, source: str, options: ConvertConfig) -> Markdown:
+    if not options.ocr:
+        raise ConversionError(f"{source}: images need OCR, which is off; set convert.ocr: true or exclude images")
+    return Markdown(ocr_text(image_array(data, source), options.ocr_max_side), "image-ocr")
+
+
+FORMATS = [Format("image", frozenset(IMAGE_SUFFIXES), _convert, lambda options: ocr_fingerprint(options.ocr_max_side))]

@@ -17,11 +17,15 @@ import os
 import re
 from collections import Counter
 
+from kbflow.config import ConvertConfig
+from kbflow.convert.formats.base import Format, Markdown
+from kbflow.convert.formats.ocr import ocr_fingerprint, ocr_text
 from kbflow.convert.formats.pdf_layout import NUMBERED_RE, Line, locate_gaps, mark_links, page_lines, page_rules
 from kbflow.convert.formats.pdf_tables import Table, page_tables, table_markdown
 from kbflow.convert.formats.text import escape_line
 from kbflow.convert.furniture import drop_furniture
 from kbflow.core.errors import ConversionError
+from kbflow.core.extras import package_version
 
 __all__ = ["Line", "convert_pdf", "lines_to_markdown", "open_pdf", "render_page"]
 
@@ -273,8 +277,6 @@ def convert_pdf(data: bytes, source: str, passwords_env: str, ocr: bool, ocr_dpi
                     mark_links(document, page, index, lines)
                 pages.append(lines)  # a text page, or a blank one: nothing to OCR
             else:
-                from kbflow.convert.formats.ocr import ocr_text
-
                 pages.append(ocr_text(render_page(page, ocr_dpi), ocr_max_side))
                 ocr_pages += 1
             textpage.close()
@@ -289,3 +291,20 @@ def convert_pdf(data: bytes, source: str, passwords_env: str, ocr: bool, ocr_dpi
     parts = [next(rendered) if isinstance(page, list) else page.strip() for page in pages]
     markdown = re.sub(r"\n{3,}", "\n\n", "\n\n".join(part for part in parts if part)) + "\n"
     return markdown, {"pages": len(pages), "ocr_pages": ocr_pages}
+
+
+def _convert(data: bytes, name: str, source: str, options: ConvertConfig) -> Markdown:
+    markdown, stats = convert_pdf(data, source, options.pdf_passwords_env, options.ocr, options.ocr_pdf_dpi,
+                                  options.ocr_max_side)
+    if not markdown.strip() and not options.ocr:
+        raise ConversionError(f"{source}: the PDF has no text layer and OCR is off; set convert.ocr: true")
+    return Markdown(markdown, "pdf-pdfium" + ("+ocr" if stats["ocr_pages"] else ""))
+
+
+def _fingerprint(options: ConvertConfig) -> str:
+    return (f"pdf-v{PDF_VERSION}+pypdfium2@{package_version('pypdfium2')}+ocr={options.ocr}/{options.ocr_pdf_dpi}dpi+"
+            f"{ocr_fingerprint(options.ocr_max_side)}")
+
+
+FORMATS = [Format("pdf", frozenset({".pdf"}), _convert, _fingerprint, content_types={"application/pdf": ".pdf"},
+                  applies=lambda options: options.pdf_engine == "pdfium")]

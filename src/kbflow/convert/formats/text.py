@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import codecs
 import re
+from pathlib import PurePosixPath
 
+from kbflow.config import ConvertConfig
+from kbflow.convert.formats.base import Format, Markdown
 from kbflow.core.errors import ConversionError
 
 TEXT_SUFFIXES = {".md", ".markdown", ".txt", ".rst", ".text", ".log", ".tex", ".org", ".adoc"}
@@ -119,3 +122,27 @@ def escape_line(text: str) -> str:
     """A body line that would read as a Markdown heading (a shell root prompt '# cmd') is escaped (PDF text and
     OCR lines)."""
     return "\\" + text if text.lstrip().startswith("#") else text
+
+
+def _convert(data: bytes, name: str, source: str, options: ConvertConfig) -> Markdown:
+    """Text, CSV, code and data files; anything else that decodes as text is text."""
+    text, encoding = decode_text(data, source)
+    check_lines(text, source, options.max_line_chars)
+    suffix = PurePosixPath(name).suffix.lower()
+    if suffix in TEXT_SUFFIXES:
+        return Markdown(text, "text", encoding)
+    if suffix in CSV_SUFFIXES:
+        return Markdown(csv_table(text, CSV_SUFFIXES[suffix]), "csv", encoding)
+    language = code_language(name)
+    if language is not None:
+        return Markdown(fenced(text, language), f"code-{language}", encoding)
+    if "\x00" in text or sum(not (c.isprintable() or c.isspace()) for c in text[:4096]) > 40:
+        raise ConversionError(f"{source}: unsupported format {suffix or '(no suffix)'} with binary content; "
+                              "exclude it with convert.exclude")
+    return Markdown(text, "text", encoding)
+
+
+FORMATS = [Format("text", frozenset({*TEXT_SUFFIXES, *CSV_SUFFIXES, *CODE_SUFFIXES, *DATA_SUFFIXES}), _convert,
+                  lambda options: f"text+line<={options.max_line_chars}",
+                  content_types={"text/plain": ".txt", "text/markdown": ".md", "text/csv": ".csv",
+                                 "application/json": ".json"}, fallback=True)]
