@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import select
 import shutil
 import socket
 import subprocess
@@ -251,3 +252,33 @@ def test_the_stdio_server_exits_cleanly_when_its_stdin_closes_after_a_search(tmp
         server.kill()
     error = server.stderr.read()
     assert status == 0 and "terminate called" not in error, (status, error[-2000:])
+
+
+def test_the_stdio_server_answers_initialize_only_once_a_search_is_ready(tmp_path):
+    """Ready means ready: ``initialize`` is answered after the model and the table are loaded, so a client's first
+    search is as fast as the rest. Held at the end of its warm-up, the server answers nothing; let go, it says on
+    stderr that it is ready and answers."""
+    config, marker = _config(tmp_path), tmp_path / "warming"
+    subprocess.run([KBFLOW, "ingest", str(CASES / "docs"), "--config", str(config)], env=_env(), check=True,
+                   capture_output=True, timeout=300)
+    server = subprocess.Popen([KBFLOW, "mcp", "--config", str(config)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, cwd=str(tmp_path),
+                              env=_env(KBFLOW_FAILPOINTS="mcp.warm_up.done:pause(120)",
+                                       KBFLOW_FAILPOINTS_MARKER=str(marker)))
+    try:
+        server.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}}) + "\n")
+        server.stdin.flush()
+        deadline = time.monotonic() + 240
+        while not marker.exists() and server.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.exists(), "the server never reached the end of its warm-up"
+        waiting, _, _ = select.select([server.stdout], [], [], 2.0)
+        assert not waiting, f"initialize answered while the model was still loading: {server.stdout.readline()}"
+        marker.unlink()
+        answer = json.loads(server.stdout.readline())
+        assert answer["result"]["serverInfo"]["name"], answer
+        assert "kbflow mcp: ready" in server.stderr.readline()
+    finally:
+        server.kill()
+        server.wait()

@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import sys
+import time
 import threading
 from typing import Annotated, Literal
 
@@ -35,6 +36,7 @@ from kbflow import __version__, api
 from kbflow.config import KbConfig, check_namespace
 from kbflow.core.errors import ConfigError, KbflowError
 from kbflow.kb import KnowledgeBase
+from kbflow.runtime.failpoints import failpoint
 from kbflow.convert.web import suffix_for
 from kbflow.mcp.results import Answer, NamespaceStats, SearchResults, WriteResult, write_result
 from kbflow.mcp.http import FULL, GRANT_KEY, NO_AUTH_FLAG, TOKEN_ENV, Gate, Grant, TokenTable, allowed_hosts, is_loopback
@@ -283,9 +285,10 @@ def answer_with_citations(question: str, namespace: str = "") -> str:
 
 
 def _warm_up(tools: Tools) -> None:
-    """Load what a search needs (the model's weights, the table, its full-text index) right after start, in the
-    background, so an agent's first search is as fast as the rest; a namespace that does not exist yet loads the
-    model a new one would get. Nothing here is an error an agent sees: its own call reports any problem."""
+    """Load what a search needs (the model's weights, the table, its full-text index) before the server answers
+    anyone, so that ready means ready: ``initialize`` (stdio) or the port (HTTP) answers once a search is as fast
+    as the rest. A namespace that does not exist yet loads the model a new one would get. Nothing here is an
+    error an agent sees: its own call reports any problem."""
     try:
         kb = tools._kb(tools.default, FULL, existing=False)
         kb.searcher.embedder.embed_query("warm-up")  # the model's weights
@@ -293,6 +296,7 @@ def _warm_up(tools: Tools) -> None:
             kb.search("warm-up", limit=1)  # the table and its full-text index
     except Exception as exc:  # noqa: BLE001 - a warm-up must never stop the server
         logging.getLogger("kbflow").info("MCP warm-up skipped: %s", exc)
+    failpoint("mcp.warm_up.done")
 
 
 def grant_of(ctx: Context | None) -> Grant:
@@ -394,7 +398,11 @@ def serve(config: KbConfig, namespaces: list[str] | None, read_only: bool, http:
     Every refusal to start (a bad root, an unauthenticated public bind) is a ConfigError before anything runs."""
     logging.getLogger("mcp").setLevel(logging.WARNING)
     server, tools = build_server(config, namespaces, read_only, with_tools=True)
-    threading.Thread(target=tools.warm_up, name="kbflow-mcp-warm-up", daemon=True).start()
+    started = time.perf_counter()
+    tools.warm_up()
+    # stderr is the log a client keeps of a stdio server; stdout is the protocol's
+    print(f"kbflow mcp: ready, the model and table loaded in {time.perf_counter() - started:.1f} s", file=sys.stderr,
+          flush=True)
     if http is None:
         server.run("stdio")
         # stdin closed and every call has answered: leave now, without the interpreter's teardown, which aborts

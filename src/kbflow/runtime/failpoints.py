@@ -9,7 +9,7 @@ environment lookup; the pipeline passes through a handful per batch.
 
 The points (kbflow.engine.ingest and kbflow.engine.embedding): ``plan.written``, ``convert.done``, ``split.done``, ``chunk.done`` (per document
 batch), ``embed.batch_done`` (per finished embedding task, its vectors already in the cache),
-``upsert.after_store`` (store written, manifest not yet), ``upsert.done``, ``delete.after_store``, ``run.finishing``.
+``upsert.after_store`` (store written, manifest not yet), ``upsert.done``, ``delete.after_store``, ``run.finishing``. And ``mcp.warm_up.done`` (kbflow.mcp.server: the model and table loaded, the server not yet answering).
 """
 
 from __future__ import annotations
