@@ -3,6 +3,9 @@ all-MiniLM-L6-v2's real tokenizer (whole-word tokens picked so the counts can be
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -151,6 +154,27 @@ def test_bm25_plain_blocks_do_not_run_jieba(monkeypatch):
     assert bm25_tokens.words("See pg_stat_activity, v1.2 and 50% of it") == ["see", "pg", "stat", "activity", "v1.2",
                                                                               "and", "50%", "of", "it"]
     assert bm25_tokens.words("C++ 数据库") == [] and cut == ["C++", "数据库"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.sampled_from(list("abzAZ0189._%-")), min_size=1, max_size=40))
+def test_plain_blocks_split_without_loading_jieba_as_jieba_splits_them(block):
+    """The rule used before jieba is loaded, and the dictionary it rests on, are the installed jieba's own."""
+    import jieba.finalseg
+
+    assert bm25_tokens._RE_SKIP.pattern == jieba.finalseg.re_skip.pattern and bm25_tokens._packaged_dictionary()
+    assert bm25_tokens._plain_split is not None  # the packaged dictionary holds no plain word
+    assert bm25_tokens._kept(bm25_tokens._RE_SKIP.split(block)) == bm25_tokens._jieba_words(block)
+
+
+def test_an_english_query_or_text_never_loads_jieba():
+    """A fresh process finds English terms without loading jieba (about a second), and they are jieba's terms."""
+    code = ("import sys\nfrom kbflow.search import tokens\n"
+            "text = 'How do I restore 3.14% of pg_stat_activity v1.2 from a backup?'\n"
+            "fast = tokens.terms(text)\nloaded = 'jieba' in sys.modules\n"
+            "print(loaded, fast == tokens._terms_of(tokens._jieba_words(text)), fast)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.startswith("False True ['restor', "), done.stdout + done.stderr[-2000:]
 
 
 def test_a_dictionary_with_a_plain_word_sends_plain_blocks_to_jieba(monkeypatch):

@@ -13,10 +13,14 @@ in that version's terms (``terms_function``) until the next ingest rewrites the 
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import logging
 import re
+import sys
 import threading
 from functools import lru_cache
+from pathlib import Path
 
 from kbflow.core.errors import ConfigError
 
@@ -34,6 +38,12 @@ _MEMO_BLOCK_CHARS = 64  # longer blocks (long CJK runs, URLs) rarely repeat: seg
 # its HMM segmenter's non-Chinese rule, and that splits it with this pattern (jieba.finalseg.re_skip); search mode
 # adds no part-words (none is in the dictionary). Such blocks are most of an English text's.
 _PLAIN_BLOCK = re.compile(r"[a-zA-Z0-9._%\-]+")
+# jieba 0.42.1's non-Chinese rule (``finalseg.re_skip``) and the sha256 of the dictionary it ships, which holds no
+# word of two or more plain characters (tests hold both to the installed jieba): with that dictionary on disk and
+# jieba loaded by nobody, a plain block is split as above without loading jieba, which takes about a second. An
+# English-only query or ingest then never loads it.
+_RE_SKIP = re.compile(r"([a-zA-Z0-9]+(?:\.\d+)?%?)")
+PACKAGED_DICTIONARY_SHA256 = "7197c3211ddd98962b036cdf40324d1ea2bfaa12bd028e68faa70111a88e12a8"
 _lock = threading.Lock()
 _ready = False
 _plain_split = None  # jieba.finalseg.re_skip once the dictionary is known to allow it; None: every block to jieba
@@ -66,11 +76,27 @@ def _jieba_words(text: str) -> list[str]:
     return _kept(_jieba().cut_for_search(text))
 
 
+@lru_cache(maxsize=1)
+def _packaged_dictionary() -> bool:
+    """Whether the installed jieba's dictionary is the one known to hold no plain word (read, not loaded)."""
+    spec = importlib.util.find_spec("jieba")
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    try:
+        data = (Path(list(spec.submodule_search_locations)[0]) / "dict.txt").read_bytes()
+    except OSError:
+        return False
+    return hashlib.sha256(data).hexdigest() == PACKAGED_DICTIONARY_SHA256
+
+
 def _segment(block: str) -> list[str]:
     """``_jieba_words`` of one ``_BLOCK`` run; a plain one (``_PLAIN_BLOCK``) split as jieba would, without it."""
-    _jieba()
-    if _plain_split is not None and _PLAIN_BLOCK.fullmatch(block):
-        return _kept(_plain_split.split(block))
+    if _PLAIN_BLOCK.fullmatch(block):
+        if not _ready and "jieba" not in sys.modules and _packaged_dictionary():
+            return _kept(_RE_SKIP.split(block))  # nobody loaded jieba, so nobody added words to its dictionary
+        _jieba()
+        if _plain_split is not None:
+            return _kept(_plain_split.split(block))
     return _jieba_words(block)
 
 
