@@ -94,3 +94,13 @@ def test_a_table_whose_caption_and_rows_fit_apart_but_not_joined_is_cut_between_
             "| WAL WAL | date WAL WAL WAL |", "| WAL | date WAL |"]
     check_table(counter, "Table 9.2. Date/Time Functions", "| date | date WAL |", "| --- | --- |", rows,
                 min(160, counter.max_tokens), 0)
+
+
+def test_a_table_whose_joined_text_fits_but_whose_counts_sum_over_the_budget_keeps_its_header(counter):
+    """The other way round: e5 counts this caption and table as 3 + 86 tokens apart, 92 joined with the heading
+    prefix, the whole budget. The packer plans by the sum and cut the table between rows, the second piece
+    without its header; it is a long table now, every piece with its caption and header."""
+    rows = ["| date | date date date | date date date WAL |", "| date | date date date timestamp | date date date WAL |",
+            "| WAL | apt-get | date WAL |"]
+    check_table(counter, "**date**", "| date | date date date timestamp | WAL WAL WAL |", "| --- | --- | --- |", rows,
+                min(96, counter.max_tokens), 0)

@@ -533,9 +533,11 @@ def _long_tables(sections: list[tuple[str, list[Block]]], headings: list[tuple[s
     """The sections that are one table too long for a chunk with its heading prefix, by index, whose caption and
     header take at most ``TABLE_CONTEXT_SHARE`` of the budget with the heading prefix (counted in one call).
 
-    Too long means the whole chunk's text, counted as one text: a caption's and a table's counts need not add up
-    to the count of both joined (SentencePiece merges across the blank line), and a table judged to fit by the
-    sum would be cut inside a row at the tokenizer's limit."""
+    Too long means either count over the budget: the whole chunk's text counted as one, or the heading prefix's and
+    the blocks' counts summed. SentencePiece's counts of a caption and a table need not add up to the count of both
+    joined, either way: judged by the sum alone, a table whose joined text is over was cut inside a row at the
+    tokenizer's limit; judged by the joined count alone, one whose sum is over was cut by the packer (which plans
+    by sums) between rows without its header."""
     candidates = {}
     for i, ((markdown, section), (_, heading_tokens), block_counts) in enumerate(zip(sections, headings,
                                                                                     section_counts)):
@@ -545,7 +547,8 @@ def _long_tables(sections: list[tuple[str, list[Block]]], headings: list[tuple[s
             candidates[i] = parts
     whole = counter.count([headings[i][0] + sections[i][0][sections[i][1][0].char_start:sections[i][1][-1].char_end]
                            for i in candidates])
-    found = {i: parts for (i, parts), n_tokens in zip(candidates.items(), whole) if n_tokens > content_budget}
+    found = {i: parts for (i, parts), n_tokens in zip(candidates.items(), whole)
+             if max(n_tokens, headings[i][1] + sum(section_counts[i])) > content_budget}
     contexts = [headings[i][0] + _context(sections[i], parts) for i, parts in found.items()]
     return {i: LongTable(parts.caption, parts.rows_start, tokens)
             for (i, parts), tokens in zip(found.items(), counter.count(contexts))
