@@ -205,3 +205,15 @@ def test_a_name_holding_a_credential_stored_by_an_earlier_version_is_withdrawn(f
     with pytest.raises(Exception) as refused:
         api.add_text("a note", TOKEN, data_dir=data)
     assert "GitHub Token" in str(refused.value) and TOKEN not in str(refused.value)
+
+
+def test_a_data_dir_inside_an_ingested_folder_is_never_read_as_documents(folder, counting):
+    """`kbflow ingest . --data-dir ./kb`: the run's own state, snapshots and tables are not documents, and the next
+    run finds nothing changed (before, it stored the lock file and every snapshot's JSON as documents)."""
+    data = folder / "docs" / "kb"
+    first = api.ingest(["docs"], data_dir=data)
+    assert first["documents"]["new"] == 2, first
+    again = api.ingest(["docs"], data_dir=data)
+    assert again["documents"]["new"] == again["documents"]["changed"] == 0, again
+    stored = {row["source_path"] for row in NamespaceState(data, "default").read_manifest().to_pylist()}
+    assert stored == {"docs/a.md", "docs/sub/b.md"}, stored

@@ -59,14 +59,16 @@ def _excluded(name: str, patterns: list[str]) -> bool:
 
 
 def iter_files(sources: list[str | Path], include: list[str], exclude: list[str],
-               unreadable: list[UnreadableFolder] | None = None):
+               unreadable: list[UnreadableFolder] | None = None, skip: Sequence[Path] = ()):
     """Yield (file path, base folder) for every file under the sources, recursively, in a stable order.
 
     Symlinked folders are not followed, so a symlink loop cannot trap the walk; a symlink that leads nowhere
     (a loop, a missing target) is yielded too, so that it is reported instead of silently skipped. A folder that
     cannot be listed (permissions, an I/O error) is appended to ``unreadable``; without that list it is an error:
-    a walk must never pass off an unreadable folder as an empty one.
+    a walk must never pass off an unreadable folder as an empty one. A folder in ``skip`` (real paths: the run's
+    data dir) is never entered, so a data dir inside an ingested folder is not read as documents.
     """
+    skipped = {str(Path(folder).resolve()) for folder in skip}
     for source in sources:
         root = Path(source).expanduser()
         if not root.exists() and not root.is_symlink():
@@ -88,7 +90,9 @@ def iter_files(sources: list[str | Path], include: list[str], exclude: list[str]
             unreadable.append(found)
 
         for folder, dirnames, filenames in os.walk(root, followlinks=False, onerror=on_error):
-            dirnames[:] = sorted(d for d in dirnames if not _excluded(d, exclude))
+            # the walk starts at a real path and follows no link: a folder's joined path is its real path
+            dirnames[:] = sorted(d for d in dirnames if not _excluded(d, exclude)
+                                 and not (skipped and os.path.join(folder, d) in skipped))
             for name in sorted(filenames):
                 if _excluded(name, exclude) or not any(fnmatch.fnmatch(name, p) for p in include):
                     continue
@@ -158,7 +162,7 @@ def archive_members(path: Path | str, source_path: str, namespace: str, limits: 
 def scan(sources: Sequence[str | Path], namespace: str, include: list[str], exclude: list[str],
          archive_limits: ArchiveLimits | None = None,
          unreadable_folders: list[UnreadableFolder] | None = None,
-         confine: Callable[[Path], bool] | None = None) -> list[SourceFile]:
+         confine: Callable[[Path], bool] | None = None, skip: Sequence[Path] = ()) -> list[SourceFile]:
     """Hash every source file. Relative paths start at each source's own folder name, so the same
     folder ingested from another working directory keeps its ids. ZIP archives are listed member by member.
     A source that is a URL (``s3://bucket/prefix/``) is scanned in object storage the same way (``_scan_url``).
@@ -166,13 +170,14 @@ def scan(sources: Sequence[str | Path], namespace: str, include: list[str], excl
     A file that cannot be read becomes a source whose conversion fails with the reason (one failure row; the
     other files go on). A folder that cannot be listed goes to ``unreadable_folders`` (see ``iter_files``).
     ``confine`` (the trust boundary's ``SourcePolicy.contains``) is asked about every symlinked file before it is
-    hashed: one that leads out of the allowed folders is never read and fails with the reason."""
+    hashed: one that leads out of the allowed folders is never read and fails with the reason. ``skip``: folders
+    never entered (``iter_files``)."""
     limits = archive_limits or ArchiveLimits(max_total_bytes=500_000_000, max_members=10_000)
     found: dict[str, SourceFile] = {}
     for url in [source for source in sources if is_url(source)]:
         found.update(_scan_url(str(url), namespace, limits, include, exclude, unreadable_folders))
     local = [source for source in sources if not is_url(source)]
-    for path, base in iter_files(local, include, exclude, unreadable_folders):
+    for path, base in iter_files(local, include, exclude, unreadable_folders, skip):
         source_path = path.relative_to(base).as_posix()
         if confine is not None and path.is_symlink() and not confine(path):
             found[source_path] = _refused_link(path, source_path, namespace)

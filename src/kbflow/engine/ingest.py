@@ -68,6 +68,7 @@ from kbflow.runtime.failpoints import failpoint
 from kbflow.graph.extract import extractor_fingerprint
 from kbflow.graph.llm_extract import FactCache, LlmExtractor, extractor_name
 from kbflow.graph.store import GraphStore
+from kbflow.core.urls import is_url
 from kbflow.core.schemas import CHUNKS, DOCUMENTS, EDGES, MANIFEST, SECTIONS
 from kbflow.search.llm import open_chat
 from kbflow.search.tokens import TOKENIZER_VERSION, stored_terms_version
@@ -269,8 +270,9 @@ def _plan(run: Run, sources: list[str] | None, texts: list[dict], add_only: bool
     unreadable: list[UnreadableFolder] = []
     confine = SourcePolicy.create(list(roots)).contains if roots else None
     local = [normalise(source) for source in sources or [] if not is_web(source)]  # a file:// URL is its path
+    own = [Path(folder) for folder in (config.data_dir, config.store.uri) if folder and not is_url(str(folder))]
     scanned = scan(local, run.namespace, config.convert.include, config.convert.exclude, limits,
-                   unreadable, confine) if local else []
+                   unreadable, confine, skip=own) if local else []  # never the run's own data dir and store
     scanned = refuse_secret_names(scanned, run.namespace, config.convert)
     manifest = run.state.read_manifest()
     scanned, duplicates = settle_identities(scanned, manifest, run.namespace, add_only)
