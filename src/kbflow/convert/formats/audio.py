@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import os
+from pathlib import PurePosixPath
 
 import numpy as np
 
@@ -94,7 +95,7 @@ def transcribe(data: bytes, source: str, suffix: str, options) -> tuple[str, str
 
 
 def _convert(data: bytes, name: str, source: str, options: ConvertConfig) -> Markdown:
-    transcript, backend = transcribe(data, source, "." + name.rpartition(".")[2].lower(), options)
+    transcript, backend = transcribe(data, source, PurePosixPath(name).suffix.lower(), options)
     return Markdown(transcript + "\n" if transcript else "", f"audio-{backend}")
 
 

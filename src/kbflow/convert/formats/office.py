@@ -5,6 +5,7 @@ MarkItDown reads it (it would read them as plain text)."""
 from __future__ import annotations
 
 import io
+from pathlib import PurePosixPath
 
 from kbflow.config import ConvertConfig
 from kbflow.convert.formats.base import Format, Markdown
@@ -53,7 +54,7 @@ def markitdown_convert(data: bytes, suffix: str, source: str) -> str:
 
 
 def _convert(data: bytes, name: str, source: str, options: ConvertConfig) -> Markdown:
-    suffix = "." + name.rpartition(".")[2].lower()
+    suffix = PurePosixPath(name).suffix.lower()  # the registry chose this format by it
     return Markdown(markitdown_convert(data, suffix, source), f"markitdown{suffix}")
 
 
