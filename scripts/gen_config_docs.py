@@ -19,7 +19,7 @@ from pathlib import Path
 
 import annotated_types
 import yaml
-from pydantic import BaseModel
+from pydantic import BaseModel, Discriminator, Tag
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
@@ -77,10 +77,22 @@ def _section_path(keys: tuple[str, ...], variant: str, model: type[BaseModel]) -
 
 
 def _union_models(info: FieldInfo) -> tuple[str, list[type[BaseModel]]] | None:
-    """(discriminator field, its models) of a field holding one of several models chosen by a field's value."""
-    if not info.discriminator:
+    """(discriminator field, its models) of a field holding one of several models chosen by a field's value: by
+    the field's name, or by a function choosing among tagged models (``Tag``), each tag a value of one field. A member
+    without a tag of its own value (the embedder plugins' member) is not documented here."""
+    if isinstance(info.discriminator, str):
+        return info.discriminator, [arg for arg in typing.get_args(info.annotation) if _model_of(arg)]
+    if not any(isinstance(item, Discriminator) for item in info.metadata):
         return None
-    return info.discriminator, [arg for arg in typing.get_args(info.annotation) if _model_of(arg)]
+    tagged = []
+    for arg in typing.get_args(info.annotation):
+        model, *marks = typing.get_args(arg)
+        tags = [mark.tag for mark in marks if isinstance(mark, Tag)]
+        if _model_of(model) and tags:
+            tagged.append((model, tags[0]))
+    first, first_tag = tagged[0]
+    (field,) = [name for name, spec in first.model_fields.items() if typing.get_args(spec.annotation) == (first_tag,)]
+    return field, [model for model, tag in tagged if typing.get_args(model.model_fields[field].annotation) == (tag,)]
 
 
 def _variant(model: type[BaseModel], tag: str) -> str:
@@ -289,10 +301,12 @@ def _yaml_model(model: type[BaseModel], path: tuple[str, ...], indent: str, valu
     for name, info in model.model_fields.items():
         setting_path = path + (name,)
         nested = _model_of(info.annotation)
-        if _union_models(info):  # written as the default's model; the reference has one table per choice
+        union = _union_models(info)
+        if union:  # written as the default's model; the reference has one table per choice
+            tag = union[0]
             nested = type(info.get_default(call_default_factory=True))
-            lines += ["", f"{indent}# one section per {info.discriminator}: docs/configuration.md#{name}-"
-                          f"{info.discriminator}-{nested.model_fields[info.discriminator].default}"]
+            lines += ["", f"{indent}# one section per {tag}: docs/configuration.md#{name}-"
+                          f"{tag}-{nested.model_fields[tag].default}"]
             lines += [f"{indent}{name}:"]
             lines += _yaml_model(nested, setting_path, indent + "  ", (values or {}).get(name))
             continue

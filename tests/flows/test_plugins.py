@@ -85,3 +85,109 @@ def test_a_plugin_that_does_not_load_or_claims_a_taken_suffix_is_one_error_namin
     registry.registry.cache_clear()
     with pytest.raises(ConfigError, match="formats 'text' and 'markdown2' both take .md files"):
         registry.registry()
+
+
+TOY_BACKEND = '''
+import hashlib
+import re
+from typing import ClassVar, Literal
+
+import numpy as np
+from pydantic import Field
+
+from kbflow.chunk.counters import FunctionTokenCounter
+from kbflow.config.embedders import EmbedderSection
+from kbflow.embed.base import BaseEmbedder
+
+
+class ToySection(EmbedderSection):
+    """Hashed word counts (the section is the registry entry: settings, builder, model-id prefix)."""
+
+    backend: Literal["toy"] = Field(description="toy")
+    builder: ClassVar[str] = "toyembed:ToyEmbedder"
+    model_id_prefixes: ClassVar[tuple[str, ...]] = ("toy",)
+    buckets: int = Field(512, ge=8)
+
+
+class ToyEmbedder(BaseEmbedder):
+    def __init__(self, buckets):
+        self.model_id, self.dimension, self.max_tokens, self.max_batch = f"toy:words-{buckets}", buckets, 400, 64
+        words = lambda text: len(re.findall(r"\\w+", text))
+        self._counter = FunctionTokenCounter("toy-words", self.max_tokens, 0, words)
+
+    @classmethod
+    def from_section(cls, section):
+        return cls(section.buckets)
+
+    def token_counter(self):
+        return self._counter
+
+    def _encode(self, texts, is_query):
+        out = np.zeros((len(texts), self.dimension), np.float32)
+        for row, text in enumerate(texts):
+            for word in re.findall(r"\\w+", text.lower()) or ["empty"]:
+                out[row, int(hashlib.sha256(word.encode()).hexdigest(), 16) % self.dimension] += 1.0
+        return out
+
+
+SECTION = ToySection
+'''
+
+
+def _kbflow(*args: str, env: dict, cwd: Path) -> dict:
+    import json
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-m", "kbflow.cli", *args, "--json"], capture_output=True, text=True,
+                          env=env, cwd=cwd, timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    return json.loads(done.stdout)
+
+
+def test_an_embedding_backend_from_one_module_ingests_and_searches_and_travels_to_worker_processes(
+        plugins, tmp_path, own_backend):
+    """A new kbflow process (the config union is built when kbflow.config is first imported) finds the plugin's
+    section: its config validates, its embedder embeds an ingest run on the processes runner (the embedder goes to
+    the workers as its section and is built there), the namespace records its model id, and a search finds."""
+    import os
+
+    from tests.flows.conftest import subprocess_env
+
+    install_plugin(plugins, "toyembed", TOY_BACKEND, group="kbflow.embedders")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "kiln.md").write_text("# Kiln\n\nThe kiln fires celadon glaze at 1280 degrees.\n")
+    (docs / "garden.md").write_text("# Garden\n\nTomatoes want sun and water every morning.\n")
+    config = tmp_path / "toy.yaml"
+    config.write_text("embedder:\n  backend: toy\n  buckets: 256\nrunner:\n  kind: processes\n")
+    env = subprocess_env(PYTHONPATH=os.pathsep.join([str(plugins), os.environ.get("PYTHONPATH", "")]))
+    env.pop("KBFLOW__EMBEDDER__BACKEND", None)
+    summary = _kbflow("ingest", str(docs), "--data-dir", str(tmp_path / "kb"), "--config", str(config), env=env,
+                      cwd=tmp_path)
+    assert summary["documents"]["new"] == 2 and summary["documents"]["failed"] == 0, summary
+    meta = __import__("json").loads((tmp_path / "kb" / "state" / "default" / "namespace.json").read_text())
+    assert meta["model_id"] == "toy:words-256" and meta["dimension"] == 256
+    found = _kbflow("search", "celadon glaze kiln", "--data-dir", str(tmp_path / "kb"), "--config", str(config),
+                    "--mode", "vector", "--limit", "1", env=env, cwd=tmp_path)
+    assert found[0]["source_path"].endswith("kiln.md"), found
+    # the section with another setting is another model: the namespace's recorded one is named, not mixed in
+    other = tmp_path / "other.yaml"
+    other.write_text("embedder:\n  backend: toy\n  buckets: 128\n")
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-m", "kbflow.cli", "search", "glaze", "--data-dir", str(tmp_path / "kb"),
+                           "--config", str(other)], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    assert done.returncode != 0 and "toy:words-256" in done.stderr and "embedder.backend: toy" in done.stderr, \
+        done.stderr[-2000:]
+
+
+def test_a_backend_plugin_that_does_not_load_is_one_error_naming_it(plugins, tmp_path):
+    import os
+    import subprocess
+
+    install_plugin(plugins, "toybadembed", "import no_such_package_anywhere\n", group="kbflow.embedders")
+    env = {**os.environ, "PYTHONPATH": str(plugins)}
+    done = subprocess.run([sys.executable, "-m", "kbflow.cli", "stats", "--data-dir", str(tmp_path / "kb")],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "embedding backend plugin 'toybadembed'" in done.stderr and "ModuleNotFoundError" in done.stderr

@@ -3,7 +3,7 @@ from pathlib import Path
 import pytest
 
 from kbflow.config import ChunkConfig, load_config
-from kbflow.config.embedders import EMBEDDER_MODELS
+from kbflow.config.embedders import embedder_sections
 from kbflow.core.errors import ConfigError
 from kbflow.engine.rows import resolve_chunk_tokens
 
@@ -52,7 +52,7 @@ def test_shipped_embedder_configs_each_select_the_backend_they_are_named_after(o
         assert config.embedder.backend == path.stem, path.name
         # nothing else differs from a config without the file: the backend's own settings at their defaults too
         assert config.model_dump(exclude={"embedder"}) == defaults, path.name
-        assert config.embedder == EMBEDDER_MODELS[path.stem](backend=path.stem), path.name
+        assert config.embedder == embedder_sections()[path.stem](backend=path.stem), path.name
 
 
 def test_environment_overrides_single_fields(tmp_path, monkeypatch):

@@ -65,10 +65,10 @@ def test_run_forms_describe_and_title_every_field_and_offer_no_null_tab():
 def test_reembed_model_is_a_backend_drop_down_or_a_yaml_file():
     from typing import get_args
 
-    from kbflow.config import EMBED_BACKENDS
+    from kbflow.config.embedders import embed_backends
     from kbflow.ops.deploy import EmbedBackend
 
-    assert get_args(EmbedBackend) == tuple(name for name in EMBED_BACKENDS if name != "auto")  # auto: no model
+    assert get_args(EmbedBackend) == tuple(name for name in embed_backends() if name != "auto")  # auto: no model
     backend, yaml_file = _form_schemas()["kbflow-reembed"]["properties"]["model"]["anyOf"]
     assert backend["enum"] == list(get_args(EmbedBackend)) and backend["title"] == "Backend"
     assert yaml_file["title"] == "YAML file"

@@ -5,7 +5,8 @@ import pytest
 
 from kbflow.engine import portable
 from kbflow.stores.vector_cache import VectorCache
-from kbflow.embed.local import LocalEmbedder
+from kbflow.config.embedders import embedder_config
+from kbflow.embed import get_embedder
 from kbflow.core.errors import ConfigError
 from kbflow.stores.lancedb_store import LanceStore
 from kbflow.stores.qdrant_store import QdrantStore
@@ -13,7 +14,8 @@ from kbflow.stores.qdrant_store import QdrantStore
 
 def test_embedder_stores_and_cache_travel_as_recipes(tmp_path):
     portable.register()
-    embedder = LocalEmbedder()
+    # any backend travels as its config section (batch_size 17: an embedder no other test of this process built)
+    embedder = get_embedder(embedder_config(backend="local", batch_size=17))
     store = LanceStore(tmp_path / "lancedb", "ns", 384)
     cache = VectorCache(tmp_path / "lancedb", embedder.model_id, 384)
     for dumps in (pickle.dumps, cloudpickle.dumps):

@@ -7,12 +7,12 @@ load_config``.
 """
 
 from kbflow.config.embedders import EmbedderConfig
-from kbflow.config.schema import (EMBED_BACKENDS, ENV_PREFIX, NAMESPACE_RE, AgenticConfig, ChunkConfig, ConvertConfig,
+from kbflow.config.schema import (ENV_PREFIX, NAMESPACE_RE, AgenticConfig, ChunkConfig, ConvertConfig,
                                   DeployConfig, FlowConfig, GraphConfig, KbConfig, LlmConfig, McpConfig, Origins,
                                   RerankConfig, RunnerConfig, ScheduleConfig, SearchConfig, StoreConfig, WebConfig,
                                   check_namespace, load_config, load_config_with_origins)
 
-__all__ = ["EMBED_BACKENDS", "ENV_PREFIX", "NAMESPACE_RE", "AgenticConfig", "ChunkConfig", "ConvertConfig",
+__all__ = ["ENV_PREFIX", "NAMESPACE_RE", "AgenticConfig", "ChunkConfig", "ConvertConfig",
            "DeployConfig", "EmbedderConfig", "FlowConfig", "GraphConfig", "KbConfig", "LlmConfig", "McpConfig",
            "Origins", "RerankConfig", "RunnerConfig", "ScheduleConfig", "SearchConfig", "StoreConfig", "WebConfig",
            "check_namespace", "load_config", "load_config_with_origins"]

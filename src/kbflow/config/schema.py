@@ -12,7 +12,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from kbflow.config.connection import InteractiveConnection, Moves, RerankConnection, SpeechConnection, move_keys
-from kbflow.config.embedders import EMBEDDER_MODELS, AutoEmbedder, EmbedderConfig, migrate_flat_keys
+from kbflow.config.embedders import AutoEmbedder, EmbedderConfig, migrate_flat_keys
 from kbflow.core.errors import ConfigError
 from kbflow.core.http import DASHSCOPE_RERANK_PATH
 
@@ -152,9 +152,6 @@ class ChunkConfig(_Section):
     heading_prefix: bool = Field(
         True, description="Embed 'heading path: text' while storing the text alone, so a chunk carries its section title."
     )
-
-
-EMBED_BACKENDS = tuple(EMBEDDER_MODELS)
 
 
 class StoreConfig(_Section):

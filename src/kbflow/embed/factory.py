@@ -18,5 +18,13 @@ def get_embedder(config: EmbedderConfig) -> Embedder:
     key = config.model_dump_json()
     with _lock:
         if key not in _cache:
-            _cache[key] = build_embedder(config)
+            embedder = build_embedder(config)
+            embedder.recipe = (get_embedder, (config,))  # another process builds it again from its settings
+            _cache[key] = embedder
         return _cache[key]
+
+
+def built_model_ids() -> list[str]:
+    """The model id of every embedder this process has built (a worker reports what it loaded)."""
+    with _lock:
+        return [embedder.model_id for embedder in _cache.values()]

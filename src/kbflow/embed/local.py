@@ -19,6 +19,7 @@ from kbflow.chunk.counters import PrefixedCounter
 from kbflow.core.errors import ConfigError
 from kbflow.core.extras import require
 from kbflow.chunk.tokens import HFTokenCounter
+from kbflow.config import embedders as sections
 
 
 def packaged_model_dir() -> Path:
@@ -50,6 +51,11 @@ class LocalEmbedder(BaseEmbedder):
     ``model_id`` and ``dimension`` come from the folder's config files, so they are known without loading weights.
     ``query_prefix`` / ``passage_prefix`` are prepended to the texts (e5-style models need them).
     """
+
+    @classmethod
+    def from_section(cls, c: sections.LocalEmbedder) -> LocalEmbedder:
+        return cls(c.model_path, batch_size=c.batch_size, device=c.device,
+                   query_prefix=c.query_prefix or "", passage_prefix=c.passage_prefix or "")
 
     backend = "st"
 

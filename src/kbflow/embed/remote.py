@@ -26,6 +26,7 @@ from kbflow.embed.base import BaseEmbedder, format_prefixes
 from kbflow.embed.ratelimit import shared_limiter
 from kbflow.core.errors import ConfigError, EmbeddingError, TransientError
 from kbflow.core.retry import RetryPolicy, call_with_retries
+from kbflow.config import embedders as sections
 
 DASHSCOPE_MODELS = {  # model -> (max rows per request, max tokens per row, allowed dimensions, default dimension)
     "text-embedding-v4": (10, 8192, (2048, 1536, 1024, 768, 512, 256, 128, 64), 1024),
@@ -111,6 +112,13 @@ class RemoteEmbedder(BaseEmbedder):
 class DashScopeEmbedder(RemoteEmbedder):
     """DashScope text-embedding-v3/v4 through ``dashscope.TextEmbedding.call`` (text_type query/document)."""
 
+    @classmethod
+    def from_section(cls, c: sections.DashScopeEmbedder) -> DashScopeEmbedder:
+        link = c.connection
+        return cls(c.model or "text-embedding-v4", c.dimension, link.api_key_env or "DASHSCOPE_API_KEY",
+                   link.base_url, link.timeout_s, c.max_batch, c.requests_per_minute, c.tokens_per_minute,
+                   link.policy())
+
     service = "DashScope"
 
     def __init__(self, model: str, dimension: int | None, api_key_env: str, base_url: str | None, timeout_s: float,
@@ -159,6 +167,13 @@ class DashScopeEmbedder(RemoteEmbedder):
 class OpenAICompatibleEmbedder(RemoteEmbedder):
     """POST ``{base_url}/embeddings`` as the OpenAI API defines it (vLLM, TEI, llama.cpp, Ollama, DashScope's
     compatible mode...). ``query_prefix`` / ``passage_prefix`` are prepended for instruction-style models."""
+
+    @classmethod
+    def from_section(cls, c: sections.OpenAIEmbedder) -> OpenAICompatibleEmbedder:
+        link = c.connection
+        return cls(c.model, c.dimension, link.api_key_env or "OPENAI_API_KEY", link.base_url, link.timeout_s,
+                   c.max_batch, c.max_input_tokens, c.send_dimensions, c.requests_per_minute, c.tokens_per_minute,
+                   c.query_prefix or "", c.passage_prefix or "", link.policy())
 
     service = "OpenAI-compatible endpoint"
 

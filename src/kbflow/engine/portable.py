@@ -1,8 +1,9 @@
 """Pickling recipes for what crosses process boundaries when tasks run in a process pool or on Dask workers.
 
 A model, a LanceDB connection or a Qdrant client cannot be pickled (locks, native handles); they are sent as
-the arguments that build them. A model is rebuilt once per worker process (it loads once, not per task);
-store connections are opened fresh for each task, since other processes write between tasks, with every setting
+the arguments that build them. An embedder carries its own recipe, its config section (``BaseEmbedder.recipe``,
+set by ``kbflow.embed.factory``), and is built once per worker process (it loads once, not per task); store
+connections are opened fresh for each task, since other processes write between tasks, with every setting
 the config gave the store (its index and search settings, an ingest's deferred vector index).
 Registered through ``copyreg``, which pickle and cloudpickle both consult, so the classes stay untouched.
 """
@@ -10,31 +11,6 @@ Registered through ``copyreg``, which pickle and cloudpickle both consult, so th
 from __future__ import annotations
 
 import copyreg
-import threading
-from pathlib import Path
-
-_lock = threading.Lock()
-_built: dict[tuple, object] = {}
-
-
-def _once(recipe: tuple, build):
-    with _lock:
-        if recipe not in _built:
-            _built[recipe] = build()
-        return _built[recipe]
-
-
-def _local_embedder(model_path: str | None, batch_size: int, device: str):
-    from kbflow.embed.local import LocalEmbedder
-
-    return _once(("embedder", model_path, batch_size, device), lambda: LocalEmbedder(model_path, batch_size, device))
-
-
-def _reduce_local_embedder(embedder):
-    from kbflow.embed.local import packaged_model_dir
-
-    model_path = None if Path(embedder.model_dir) == packaged_model_dir() else str(embedder.model_dir)
-    return _local_embedder, (model_path, embedder.batch_size, embedder.device)
 
 
 def _vector_cache(uri: str, model_id: str, dimension: int):
@@ -79,11 +55,9 @@ def _reduce_qdrant_store(store):
 def register() -> None:
     """Install the recipes (idempotent). The API key of a Qdrant server travels as its variable's name only."""
     from kbflow.stores.vector_cache import VectorCache
-    from kbflow.embed.local import LocalEmbedder
     from kbflow.stores.lancedb_store import LanceStore
     from kbflow.stores.qdrant_store import QdrantStore
 
-    copyreg.pickle(LocalEmbedder, _reduce_local_embedder)
     copyreg.pickle(VectorCache, _reduce_vector_cache)
     copyreg.pickle(LanceStore, _reduce_lance_store)
     copyreg.pickle(QdrantStore, _reduce_qdrant_store)

