@@ -75,9 +75,12 @@ def graph_task(chunks, source_paths, extractor=None, label: str = "", cache_key:
 
 
 @task(name="embed", task_run_name="embed {label}", cache_policy=NO_CACHE)
-def embed_task(keys, texts, embedder, cache, label: str, cache_key: str | None = None):
-    """Not Prefect-cached: the vector cache, keyed by (text sha256, model id), is its cache."""
-    return _counted(lambda: stages.embed(keys, texts, embedder, cache))
+def embed_task(keys, texts, embedder, cache, known_missing: bool = False, label: str = "",
+               cache_key: str | None = None):
+    """Not Prefect-cached: the vector cache, keyed by (text sha256, model id), is its cache. A retry (the task's
+    second run or later) reads the cache again, whatever ``known_missing`` says."""
+    return _counted(lambda: stages.embed(keys, texts, embedder, cache, known_missing,
+                                         attempt=max(current_task_run.run_count or 1, 1)))
 
 
 @task(name="upsert", task_run_name="upsert {label}", cache_policy=NO_CACHE)

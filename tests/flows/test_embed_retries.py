@@ -10,6 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from kbflow.engine.ingest import IngestJob
+from kbflow.engine.ingest import ingest as engine_ingest
 from kbflow.flows.ingest import ingest
 from kbflow.embed.factory import get_embedder
 from kbflow.config import load_config
@@ -106,3 +108,27 @@ def test_exhausted_retries_fail_the_batch_with_its_attempts(docs_dir, tmp_path, 
     sends = Counter(text for request in server.requests[1:] for text in request["texts"])
     assert set(sends.values()) == {4} and len(sends) == sum(len(f["chunk_ids"]) for f in failures)
     assert get_embedder(load_config(config).embedder).dimension == 64
+
+
+def _run_direct(config: str, docs):
+    return engine_ingest(load_config(config), IngestJob([str(docs)]))
+
+
+def _run_flow(config: str, docs):
+    return ingest(sources=[str(docs)], config_path=config)
+
+
+@pytest.mark.parametrize("run", [_run_direct, _run_flow], ids=["direct", "prefect"])
+def test_a_retried_embed_call_sends_only_the_requests_its_first_try_did_not_finish(run, docs_dir, tmp_path, server):
+    """An embed stage call of three requests whose third fails: the call's retry (a task retry under Prefect, the
+    direct runner's loop otherwise) finds the first two requests' vectors in the vector cache and sends only the
+    third's texts again; every other text reaches the service once."""
+    server.script = ["ok", "ok", "ok", "500"]  # the credential check, two requests, then the third fails once
+    config = write_config(tmp_path, server, retries=0, task_retries=1, max_batch=2, task_batch=6)
+    summary = run(config, docs_dir)
+    assert summary["documents"]["failed"] == 0 and summary["failures"] == [], summary["failures"]
+    sends = Counter(text for request in server.requests[1:] for text in request["texts"])
+    failed = server.requests[3]
+    assert failed["status"] == 500 and len(failed["texts"]) == 2
+    assert {text: sends[text] for text in failed["texts"]} == {text: 2 for text in failed["texts"]}
+    assert all(count == 1 for text, count in sends.items() if text not in failed["texts"]), sends

@@ -48,11 +48,13 @@ class EmbedOutcome:
 def embed_with_cache(keys: list[str], texts: list[str], embedder: Embedder, cache: VectorCache, runner: StageRunner,
                      task_batch: int, max_in_flight: int, label: str = "texts",
                      on_progress: Callable[[int, int], None] | None = None,
-                     refused: BaseException | None = None) -> EmbedOutcome:
+                     refused: BaseException | None = None,
+                     cached: dict[str, np.ndarray] | None = None) -> EmbedOutcome:
     """Vectors for ``keys`` (unique), reusing cached ones. ``refused``: a key refusal met earlier in this run;
-    then nothing is sent and every miss is reported failed with it."""
+    then nothing is sent and every miss is reported failed with it. ``cached``: the caller has just looked ``keys``
+    up in the cache and these are the vectors it found (the cache is not read again); None: look them up here."""
     outcome = EmbedOutcome(auth_refused=refused)
-    outcome.vectors = cache.lookup(keys)
+    outcome.vectors = dict(cached) if cached is not None else cache.lookup(keys)
     missing = [(key, text) for key, text in zip(keys, texts) if key not in outcome.vectors]
     outcome.reused = len(keys) - len(missing)
     parts = [missing[start:start + task_batch] for start in range(0, len(missing), task_batch)]
@@ -63,8 +65,10 @@ def embed_with_cache(keys: list[str], texts: list[str], embedder: Embedder, cach
     def submit(index: int):
         part = parts[index]
         first = index * task_batch
-        return runner.submit(call(stages.embed, [key for key, _ in part], [text for _, text in part], embedder, cache),
-                             label=f"{label} {first}-{first + len(part) - 1}")
+        # known_missing: the lookup above found none of the part; a retry of the call looks again (its first try
+        # may have cached some before it failed)
+        return runner.submit(call(stages.embed, [key for key, _ in part], [text for _, text in part], embedder, cache,
+                                  known_missing=True), label=f"{label} {first}-{first + len(part) - 1}")
 
     in_flight = {index: submit(index) for index in range(min(max_in_flight, len(parts)))}
     done = 0

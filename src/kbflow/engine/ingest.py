@@ -30,6 +30,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Protocol
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -138,6 +139,7 @@ class Run:
     # them when it was turned off
     extractor: LlmExtractor | None = None  # graph.llm_extract: the chat model extracting entities and relations
     auth_refused: BaseException | None = None
+    sent: set[str] = field(default_factory=set)  # embed keys this run sent to the model (a later round looks again)
     embedding_counts_at_start: dict[str, int] = field(default_factory=dict)
     web: WebScan | None = None  # what the web sources listed (kbflow.convert.web); its validators saved at the end
     locations: dict[str, str] = field(default_factory=dict)  # doc id -> where the file is (the manifest keeps it)
@@ -395,7 +397,7 @@ def _ingest_batches(run: Run, plan: Plan, texts_by_path: dict[str, str]) -> None
                 # the embed calls, or enough documents wait: an update's few new texts per batch then go to the
                 # model in full calls; a model with nothing to do (the run's first batch, a round that ended
                 # early) gets the misses waiting at once
-                misses = _misses(run, waiting[-1].chunks)
+                waiting[-1].cached, misses = _lookup(run, waiting[-1].chunks)
                 texts.add_known(len(misses - to_embed))  # the embed bar's total grows as batches are chunked
                 to_embed |= misses
                 waiting_misses += len(misses)
@@ -512,13 +514,16 @@ class Waiting:
     last: int  # index of its last document in the plan's todo list (progress)
     edges: pa.Table | None = None  # the graph stage's edges out of its chunks (graph on)
     graph_incomplete: set[str] = field(default_factory=set)  # documents with a chunk whose LLM extraction failed
+    cached: dict[str, np.ndarray] = field(default_factory=dict)  # its texts' vectors the cache held when chunked
 
 
-def _misses(run: Run, chunks: pa.Table) -> set[str]:
-    """The texts of ``chunks`` (their embed keys) that the vector cache does not hold."""
+def _lookup(run: Run, chunks: pa.Table) -> tuple[dict[str, np.ndarray], set[str]]:
+    """(the vectors the cache holds for the texts of ``chunks``, the embed keys it does not hold): the one lookup of
+    the vector cache a text gets on its way to the model; its round takes both along."""
     keys, _texts = embed_inputs(chunks)
     _, cache, _ = run.writing()
-    return set(keys) - set(cache.lookup(keys))
+    cached = cache.lookup(keys)
+    return cached, set(keys) - set(cached)
 
 
 def round_thread_prefix(owner: int) -> str:
@@ -545,7 +550,8 @@ def _next_round(run: Run, embedding: EmbedRound | None, waiting: list[Waiting], 
     waiting.clear()
     chunks = pa.concat_tables([w.chunks for w in batches])
     # the round's embed calls go through the runner from its own thread: it must see the flow run's context
-    started = EmbedRound(batches, background.submit(contextvars.copy_context().run, _embed, run, chunks))
+    cached = {key: vector for batch in batches for key, vector in batch.cached.items()}
+    started = EmbedRound(batches, background.submit(contextvars.copy_context().run, _embed, run, chunks, cached))
     if embedding is not None and vectors is not None:
         _write_round(run, embedding, vectors, total)
     return started
@@ -573,11 +579,15 @@ def _write_round(run: Run, embedding: EmbedRound, vectors: tuple[dict, set[str]]
     memory.trim()  # the batches are written: hand their freed pages back before the next ones
 
 
-def _embed(run: Run, chunks: pa.Table) -> tuple[dict, set[str]]:
-    """Vectors for every chunk of a batch (cache hits, then the misses); failures recorded with their chunk ids."""
+def _embed(run: Run, chunks: pa.Table, cached: dict[str, np.ndarray]) -> tuple[dict, set[str]]:
+    """Vectors for every chunk of a round: ``cached`` (what its batches' lookup found), then the misses; failures
+    recorded with their chunk ids. A miss an earlier round of this run sent to the model (the same text in two
+    batches) is looked up again: that round has put its vector in the cache since."""
     config = run.config
     keys, texts = embed_inputs(chunks)
     _, cache, _ = run.writing()
+    cached = {key: cached[key] for key in keys if key in cached}
+    cached.update(cache.lookup([key for key in keys if key in run.sent and key not in cached]))
     counter = progress.counting_now()
     settled = [0]
 
@@ -587,7 +597,9 @@ def _embed(run: Run, chunks: pa.Table) -> tuple[dict, set[str]]:
         settled[0] = done
 
     outcome = embed_with_cache(keys, texts, run.embedder, cache, run.runner, config.embedder.task_batch,
-                               config.flow.max_workers, on_progress=finished, refused=run.auth_refused)
+                               config.flow.max_workers, on_progress=finished, refused=run.auth_refused,
+                               cached=cached)
+    run.sent.update(key for key in keys if key not in cached)
     run.auth_refused = outcome.auth_refused
     counts: ChunkCounts = run.summary.chunks
     counts.total += chunks.num_rows

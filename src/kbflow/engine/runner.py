@@ -7,15 +7,18 @@ wait). A runner decides where and how: ``DirectRunner`` calls the stage in this 
 retried by the stage's ``RetryPolicy``; ``kbflow.tasks.PrefectRunner`` maps each stage function to its Prefect task
 (task runs in the UI, cache keys, Prefect's retries under the same policy), inside a flow run. ``label`` names the
 work ("docs 0-99"); ``cache_key`` is what a caching runner may key the result by (content hashes + stage version);
-a runner without a result cache ignores it.
+a runner without a result cache ignores it. A stage function with an ``attempt`` parameter is told which try of the
+call this is (1 the first; ``stages.embed`` reads the vector cache again only on a retry).
 """
 
 from __future__ import annotations
 
 import contextvars
+import inspect
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
 from kbflow.core.retry import RetryPolicy, call_with_retries
@@ -37,8 +40,17 @@ class StageCall(Generic[R]):
     def name(self) -> str:
         return self.stage.__name__
 
-    def __call__(self) -> R:
+    def __call__(self, attempt: int = 1) -> R:
+        """Run the stage; ``attempt``: which try of this call it is, passed on to a stage that takes it."""
+        if takes_attempt(self.stage):
+            return self.stage(*self.args, **{**self.kwargs, "attempt": attempt})
         return self.stage(*self.args, **self.kwargs)
+
+
+@lru_cache(maxsize=None)
+def takes_attempt(stage: Callable[..., Any]) -> bool:
+    """Whether ``stage`` has an ``attempt`` parameter (the runner then tells it which try it runs)."""
+    return "attempt" in inspect.signature(stage).parameters
 
 
 def call(stage: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> StageCall[R]:
@@ -69,7 +81,8 @@ class DirectRunner:
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="kbflow-stage")
 
     def _call(self, work: StageCall[R]) -> R:
-        return call_with_retries(work, self.policies[work.stage])
+        attempts = iter(range(1, 1_000_000))
+        return call_with_retries(lambda: work(next(attempts)), self.policies[work.stage])
 
     def submit(self, work: StageCall[R], *, label: str, cache_key: str | None = None) -> Pending[R]:
         # in the submitting run's context: its progress listener (kbflow.runtime.progress) and conversion workers

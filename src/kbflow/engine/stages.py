@@ -109,14 +109,18 @@ def chunk(documents: pa.Table, sections: pa.Table, counter: TokenCounter, chunk_
                                 PlanCache(plan_dir) if plan_dir else None)
 
 
-def embed(keys: list[str], texts: list[str], embedder: Embedder, cache: VectorCache) -> tuple[list[str], np.ndarray]:
+def embed(keys: list[str], texts: list[str], embedder: Embedder, cache: VectorCache, known_missing: bool = False,
+          attempt: int = 1) -> tuple[list[str], np.ndarray]:
     """Vectors for ``keys``, one model call or provider request (``embedder.max_batch`` texts; a remote embedder
     retries each request on its own) at a time, each one's vectors written to the vector cache as soon as they
     arrive, so a retry of the stage (or the next run) finds them there and sends only what is left.
 
+    ``known_missing``: the caller has just found none of ``keys`` in the cache, so a first try (``attempt`` 1, as
+    the runner counts) does not read it again; a retry always does.
+
     Returns (keys, one row per key) rather than a dict: Prefect links each direct member of a task's result to the
     task run for the whole flow run (a tuple and a weak reference per vector)."""
-    done = cache.lookup(keys)
+    done = {} if known_missing and attempt == 1 else cache.lookup(keys)
     todo = [(key, text) for key, text in zip(keys, texts) if key not in done]
     step = max(1, embedder.max_batch)
     for start in range(0, len(todo), step):
