@@ -191,3 +191,193 @@ def test_a_backend_plugin_that_does_not_load_is_one_error_naming_it(plugins, tmp
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
     assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
     assert "embedding backend plugin 'toybadembed'" in done.stderr and "ModuleNotFoundError" in done.stderr
+
+
+TOY_STORE = '''
+import fnmatch
+import math
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from kbflow.core.schemas import store_schema
+from kbflow.stores.base import Hit
+from kbflow.stores.kinds import StoreKind
+
+
+class ToyStore:
+    """Every chunk of a namespace in one Parquet file, rewritten whole (atomically) by each write; exact searches."""
+
+    concurrent_reads = False
+    defer_vector_index = False
+
+    def __init__(self, folder, namespace, dimension):
+        self.folder, self.namespace, self.dimension = Path(folder), namespace, dimension
+        self.path = self.folder / f"{namespace}.parquet"
+        self.settings = {}
+
+    def _read(self):
+        return pq.read_table(self.path) if self.path.exists() else store_schema(self.dimension).empty_table()
+
+    def _write(self, table):
+        self.folder.mkdir(parents=True, exist_ok=True)
+        partial = self.path.with_suffix(".partial")
+        pq.write_table(table.cast(store_schema(self.dimension)), partial)
+        partial.replace(self.path)
+
+    def present(self):
+        return self.path.exists()
+
+    exists = present
+
+    def unreadable(self):
+        try:
+            self._read()
+        except Exception as exc:
+            return f"{self.path} cannot be read: {exc}"
+        return None
+
+    def index_damage(self):
+        return None
+
+    def rebuild_indexes(self):
+        return {}
+
+    def restore_readable(self):
+        return None
+
+    def refresh_indexes(self, force_vector=False, skip_vector=False, between_batches=False):
+        return {}
+
+    def searches(self):
+        return self
+
+    def replace_documents(self, doc_ids, rows):
+        table = self._read()
+        kept = table.filter(pc.invert(pc.is_in(table["doc_id"], pa.array(doc_ids, pa.string()))))
+        self._write(pa.concat_tables([kept, rows.select(kept.schema.names).cast(kept.schema)]))
+        return rows.num_rows
+
+    def delete_documents(self, doc_ids):
+        table = self._read()
+        kept = table.filter(pc.invert(pc.is_in(table["doc_id"], pa.array(doc_ids, pa.string()))))
+        self._write(kept)
+        return table.num_rows - kept.num_rows
+
+    def upsert(self, rows):
+        table = self._read()
+        kept = table.filter(pc.invert(pc.is_in(table["chunk_id"], rows["chunk_id"])))
+        self._write(pa.concat_tables([kept, rows.select(kept.schema.names).cast(kept.schema)]))
+
+    def _rows(self, where):
+        rows = self._read().to_pylist()
+        if where:
+            rows = [row for row in rows
+                    if (not where.source_glob or fnmatch.fnmatch(row["source_path"], where.source_glob))
+                    and list(row["heading_path"] or [])[:len(where.heading_prefix)] == list(where.heading_prefix)
+                    and (not where.doc_ids or row["doc_id"] in where.doc_ids)
+                    and (not where.chunk_ids or row["chunk_id"] in where.chunk_ids)]
+        return rows
+
+    @staticmethod
+    def _hits(rows, scores, limit):
+        order = sorted(range(len(rows)), key=lambda i: -scores[i])[:limit]
+        return [Hit(rows[i]["chunk_id"], rows[i]["doc_id"], rows[i]["source_path"], rows[i]["heading_path"] or [],
+                    float(scores[i]), rows[i]["text"]) for i in order]
+
+    def search_vector(self, vector, limit, where=None, exact=False):
+        rows = self._rows(where)
+        if not rows:
+            return []
+        return self._hits(rows, np.array([row["vector"] for row in rows], np.float32) @ vector, limit)
+
+    def search_text(self, query_words, limit, where=None):
+        rows = self._rows(where)
+        words = [(row["text_tokens"] or "").split() for row in rows]
+        average = sum(map(len, words)) / max(len(words), 1)
+        holding = Counter(word for terms in words for word in set(terms))
+        scores = []
+        for terms in words:
+            counts, score = Counter(terms), 0.0
+            for word in query_words:
+                if counts[word]:
+                    idf = math.log(1 + (len(rows) - holding[word] + 0.5) / (holding[word] + 0.5))
+                    score += idf * counts[word] * 2.2 / (counts[word] + 1.2 * (0.25 + 0.75 * len(terms) / average))
+            scores.append(score)
+        return [hit for hit in self._hits(rows, scores, limit) if hit.score > 0]
+
+    def stats(self):
+        table = self._read()
+        return {"rows": table.num_rows, "documents": len(set(table["doc_id"].to_pylist())),
+                "bytes": self.size_bytes(), "indexes": {}}
+
+    def rows(self, columns=None):
+        table = self._read().sort_by("chunk_id")
+        return table.select(columns) if columns else table
+
+    def document_rows(self, doc_id, columns):
+        table = self._read()
+        return table.filter(pc.equal(table["doc_id"], doc_id)).select(columns)
+
+    def count(self):
+        return self._read().num_rows
+
+    def chunk_ids(self):
+        return self._read().select(["chunk_id", "doc_id"])
+
+    def size_bytes(self):
+        return self.path.stat().st_size if self.path.exists() else 0
+
+    def clear(self):
+        self.path.unlink(missing_ok=True)
+
+
+def _open(config, namespace, dimension, for_search):
+    return ToyStore(Path(config.data_dir) / "toystore", namespace, dimension)
+
+
+def _arrive(folder, namespace, dimension):
+    return ToyStore(folder, namespace, dimension)
+
+
+KIND = StoreKind("toystore", _open, travels=(ToyStore, lambda store: (_arrive, (str(store.folder), store.namespace,
+                                                                                   store.dimension))))
+'''
+
+
+def test_a_store_kind_from_one_module_holds_an_ingest_that_searches_find(plugins, tmp_path):
+    """A new process accepts ``store.kind: toystore`` once the plugin is installed; an ingest on the processes runner
+    writes its chunks there (and nothing to LanceDB's table), hybrid and filtered searches read them, an update
+    replaces a changed document's chunks, and `kbflow verify` finds the namespace consistent."""
+    import os
+
+    from tests.flows.conftest import subprocess_env
+
+    install_plugin(plugins, "toystore", TOY_STORE, group="kbflow.stores")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "kiln.md").write_text("# Kiln\n\nThe kiln fires celadon glaze at 1280 degrees.\n")
+    (docs / "garden.md").write_text("# Garden\n\nTomatoes want sun and water every morning.\n")
+    config = tmp_path / "toy.yaml"
+    config.write_text("store:\n  kind: toystore\nrunner:\n  kind: processes\n")
+    env = subprocess_env(PYTHONPATH=os.pathsep.join([str(plugins), os.environ.get("PYTHONPATH", "")]))
+    kb = ["--data-dir", str(tmp_path / "kb"), "--config", str(config)]
+    summary = _kbflow("ingest", str(docs), *kb, env=env, cwd=tmp_path)
+    assert summary["documents"]["new"] == 2 and summary["documents"]["failed"] == 0, summary
+    assert (tmp_path / "kb" / "toystore" / "default.parquet").is_file()
+    assert not (tmp_path / "kb" / "lancedb" / "chunks_default.lance").exists()  # the vector cache lives there alone
+    found = _kbflow("search", "celadon glaze", *kb, "--limit", "1", env=env, cwd=tmp_path)
+    assert found[0]["source_path"].endswith("kiln.md"), found
+    only = _kbflow("search", "water", *kb, "--source", "*garden.md", "--mode", "bm25", env=env, cwd=tmp_path)
+    assert only and all(hit["source_path"].endswith("garden.md") for hit in only), only
+    (docs / "kiln.md").write_text("# Kiln\n\nThe kiln now fires stoneware at 1300 degrees.\n")
+    update = _kbflow("ingest", str(docs), *kb, env=env, cwd=tmp_path)
+    assert update["documents"]["changed"] == 1, update
+    found = _kbflow("search", "stoneware", *kb, "--mode", "bm25", env=env, cwd=tmp_path)
+    assert found and "1300 degrees" in found[0]["text"] and all("celadon" not in hit["text"] for hit in found)
+    verified = _kbflow("verify", *kb, env=env, cwd=tmp_path)
+    assert verified["ok"] is True, verified

@@ -6,7 +6,8 @@ import os
 from collections.abc import Callable
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -154,8 +155,19 @@ class ChunkConfig(_Section):
     )
 
 
+# the store kinds kbflow ships (kbflow.stores.<name>_store); a plugin's kind joins them when its package is installed
+# (kbflow.stores.kinds reads the plugins; only their names are read here)
+BUILTIN_STORE_KINDS = ("lancedb", "qdrant")
+STORE_ENTRY_POINT_GROUP = "kbflow.stores"
+if TYPE_CHECKING:
+    StoreKindName = Literal["lancedb", "qdrant"]
+else:
+    StoreKindName = Literal[(*BUILTIN_STORE_KINDS, *sorted(
+        {point.name for point in entry_points(group=STORE_ENTRY_POINT_GROUP)} - set(BUILTIN_STORE_KINDS)))]
+
+
 class StoreConfig(_Section):
-    kind: Literal["lancedb", "qdrant"] = Field(
+    kind: StoreKindName = Field(
         "lancedb", description="Vector store: 'lancedb' (embedded under the data dir) or 'qdrant'."
     )
     uri: str | None = Field(None, description="LanceDB location. Empty means '<data_dir>/lancedb'.")

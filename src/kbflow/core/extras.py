@@ -87,8 +87,6 @@ def package_version(package: str) -> str:
 
 def check_config(config) -> None:
     """Refuse a config that selects a backend whose extra is missing, naming the extra (called at every start)."""
-    if config.store.kind == "qdrant":
-        check("qdrant_client", "store.kind 'qdrant'")
     if config.runner.kind == "dask":
         check("prefect_dask", "runner.kind 'dask'")
     for module, feature in config.embedder.requirements():  # what the embedder's section declares it needs

@@ -40,21 +40,14 @@ def store_table(store) -> str:
 
 
 def set_aside_store(config: KbConfig, store_namespace: str) -> str:
-    """A local store that cannot be opened: a LanceDB table's damaged newest manifests, or Qdrant local mode's
-    damaged collections, are moved aside (renamed, not deleted) so it opens again."""
-    if config.store.kind != "qdrant":
-        from kbflow.stores.factory import store_uri
-        from kbflow.stores.lancedb_store import set_aside_damage, table_name_for
+    """A local store that cannot be opened: its kind moves the damaged files aside (renamed, not deleted) so it opens
+    again (a LanceDB table's damaged newest manifests, Qdrant local mode's damaged collections)."""
+    from kbflow.stores.kinds import store_kind
 
-        moved = set_aside_damage(store_uri(config), table_name_for(store_namespace))
-        return (f"moved aside (renamed, not deleted): {', '.join(moved)}" if moved
-                else "no damaged version found to move aside")
-    from kbflow.stores.qdrant_store import set_aside_damaged
-
-    where = config.store.qdrant_location or str(Path(config.data_dir) / "qdrant")
-    moved = set_aside_damaged(where)
-    return (f"damaged collections moved aside in {where!r}: {', '.join(moved)}" if moved
-            else f"no damaged collection found in {where!r}")
+    kind = store_kind(config.store.kind)
+    if kind.set_aside is None:
+        return f"store.kind {kind.name!r} keeps no files here to set aside"
+    return kind.set_aside(config, store_namespace)
 
 
 def vector_cache(cache, store=None) -> str:

@@ -111,3 +111,13 @@ class Store(Protocol):
 
     def present(self) -> bool:
         """Whether the table exists, whatever its vectors' dimension (it may be another model's)."""
+
+    def exists(self) -> bool:
+        """Whether the table exists and opens for this store's dimension."""
+
+    def unreadable(self) -> str | None:
+        """Why the table cannot be read whole (a data file deleted or cut short), or None; absent is readable."""
+
+    def restore_readable(self) -> dict | None:
+        """Go back to the newest earlier version that reads whole: {'version', 'rows', 'current'}; None when the
+        store keeps no earlier versions (``kbflow verify --repair`` then empties it)."""

@@ -44,6 +44,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kbflow.config import KbConfig
 from kbflow.core.errors import ConfigError
 from kbflow.core.schemas import store_schema
 from kbflow.core import storage
@@ -52,6 +53,7 @@ from kbflow.state.layout import set_aside
 from kbflow.stores.base import Hit, SearchFilter
 from kbflow.stores.errors import damage_reason, refuse_denied
 from kbflow.stores.exact import ExactCopy, version_key
+from kbflow.stores.kinds import StoreKind
 
 if TYPE_CHECKING:
     from lancedb.index import IndexConfig
@@ -733,3 +735,35 @@ class PinnedSearches:
         if not self.store._text_searchable(query_words):
             return []
         return self.store._text_in(self.table, query_words, limit, where)
+
+
+def _open(config: KbConfig, namespace: str, dimension: int, for_search: bool) -> LanceStore:
+    from kbflow.stores.factory import mirror_dir, store_uri
+
+    search = config.search
+    return LanceStore(store_uri(config), namespace, dimension, search.vector_index_min_rows, search.vector_index_type,
+                      search.ann_nprobes, search.ann_ef, search.ann_refine_factor,
+                      mirror_dir=mirror_dir(config) if for_search and config.store.mirror else None,
+                      exact_in_memory_rows=search.exact_in_memory_rows if for_search else 0)
+
+
+def _set_aside(config: KbConfig, namespace: str) -> str:
+    from kbflow.stores.factory import store_uri
+
+    moved = set_aside_damage(store_uri(config), table_name_for(namespace))
+    return f"moved aside (renamed, not deleted): {', '.join(moved)}" if moved else "no damaged version found to move aside"
+
+
+def _arrive(uri: str, namespace: str, dimension: int, settings: dict, defer_vector_index: bool) -> LanceStore:
+    """A store sent to another process, opened there with every setting the config gave it; a fresh connection,
+    since other processes write between tasks."""
+    store = LanceStore(uri, namespace, dimension, **settings)
+    store.defer_vector_index = defer_vector_index  # an ingest's batches leave the vector index to its end
+    return store
+
+
+def _travel(store: LanceStore) -> tuple:
+    return _arrive, (store.uri, store.namespace, store.dimension, store.settings, store.defer_vector_index)
+
+
+KIND = StoreKind("lancedb", _open, set_aside=_set_aside, travels=(LanceStore, _travel))

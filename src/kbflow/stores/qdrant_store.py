@@ -31,12 +31,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
+from kbflow.config import KbConfig
 from kbflow.core.errors import ConfigError
 from kbflow.core.extras import require
+from kbflow.core.storage import is_remote, location
 from kbflow.core.schemas import store_schema
 from kbflow.state.files import store_unreadable
 from kbflow.stores.base import Hit, SearchFilter
 from kbflow.stores.errors import first_denied, refuse_denied
+from kbflow.stores.kinds import StoreKind
 
 if TYPE_CHECKING:
     from qdrant_client import QdrantClient
@@ -385,3 +388,42 @@ class QdrantStore:
     def clear(self) -> None:
         if self.exists():
             self.client.delete_collection(self.collection)
+
+
+def _open(config: KbConfig, namespace: str, dimension: int, for_search: bool) -> QdrantStore:
+    where = config.store.qdrant_location
+    if not where:
+        if is_remote(location(config.data_dir)):
+            raise ConfigError(
+                f"store.kind qdrant without store.qdrant_location runs Qdrant's local mode in <data_dir>/qdrant, "
+                f"and data_dir {config.data_dir} is object storage, which local mode cannot use: set "
+                "store.qdrant_location to a Qdrant server (http://host:6333), or use store.kind lancedb")
+        where = str(Path(config.data_dir) / "qdrant")
+    return QdrantStore(where, namespace, dimension, config.store.qdrant_api_key_env,
+                       config.search.bm25_k1, config.search.bm25_b, config.search.bm25_avg_len)
+
+
+def _set_aside(config: KbConfig, namespace: str) -> str:
+    where = config.store.qdrant_location or str(Path(config.data_dir) / "qdrant")
+    moved = set_aside_damaged(where)
+    return (f"damaged collections moved aside in {where!r}: {', '.join(moved)}" if moved
+            else f"no damaged collection found in {where!r}")
+
+
+def _arrive(location: str, namespace: str, dimension: int, settings: dict) -> QdrantStore:
+    return QdrantStore(location, namespace, dimension, **settings)
+
+
+def _travel(store: QdrantStore) -> tuple:
+    """A server's store travels as its location and settings (its API key as the variable's name only); local mode
+    is owned by one process and cannot."""
+    if not store.location.startswith(("http://", "https://")):
+        raise ConfigError(
+            f"store.qdrant_location {store.location!r} is Qdrant local mode, which one process owns; "
+            "with runner.kind 'processes' or 'dask' use a Qdrant server URL (or LanceDB)"
+        )
+    return _arrive, (store.location, store.namespace, store.dimension, store.settings)
+
+
+KIND = StoreKind("qdrant", _open, required_modules=("qdrant_client",), set_aside=_set_aside,
+                 travels=(QdrantStore, _travel))
