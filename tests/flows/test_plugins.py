@@ -144,31 +144,36 @@ def _kbflow(*args: str, env: dict, cwd: Path) -> dict:
     return json.loads(done.stdout)
 
 
-def test_an_embedding_backend_from_one_module_ingests_and_searches_and_travels_to_worker_processes(
-        plugins, tmp_path, own_backend):
-    """A new kbflow process (the config union is built when kbflow.config is first imported) finds the plugin's
-    section: its config validates, its embedder embeds an ingest run on the processes runner (the embedder goes to
-    the workers as its section and is built there), the namespace records its model id, and a search finds."""
+def _toy_setup(plugins: Path, tmp_path: Path, config_text: str) -> tuple[Path, list[str], dict]:
+    """Two small documents, a config file, and the arguments and environment of a kbflow process that sees the
+    plugins folder as an installed package would be seen."""
     import os
 
     from tests.flows.conftest import subprocess_env
 
-    install_plugin(plugins, "toyembed", TOY_BACKEND, group="kbflow.embedders")
     docs = tmp_path / "docs"
     docs.mkdir()
     (docs / "kiln.md").write_text("# Kiln\n\nThe kiln fires celadon glaze at 1280 degrees.\n")
     (docs / "garden.md").write_text("# Garden\n\nTomatoes want sun and water every morning.\n")
     config = tmp_path / "toy.yaml"
-    config.write_text("embedder:\n  backend: toy\n  buckets: 256\nrunner:\n  kind: processes\n")
+    config.write_text(config_text)
     env = subprocess_env(PYTHONPATH=os.pathsep.join([str(plugins), os.environ.get("PYTHONPATH", "")]))
-    env.pop("KBFLOW__EMBEDDER__BACKEND", None)
-    summary = _kbflow("ingest", str(docs), "--data-dir", str(tmp_path / "kb"), "--config", str(config), env=env,
-                      cwd=tmp_path)
+    return docs, ["--data-dir", str(tmp_path / "kb"), "--config", str(config)], env
+
+
+def test_an_embedding_backend_from_one_module_ingests_and_searches_and_travels_to_worker_processes(
+        plugins, tmp_path, own_backend):
+    """A new kbflow process (the config union is built when kbflow.config is first imported) finds the plugin's
+    section: its config validates, its embedder embeds an ingest run on the processes runner (the embedder goes to
+    the workers as its section and is built there), the namespace records its model id, and a search finds."""
+    install_plugin(plugins, "toyembed", TOY_BACKEND, group="kbflow.embedders")
+    docs, kb, env = _toy_setup(plugins, tmp_path, "embedder:\n  backend: toy\n  buckets: 256\nrunner:\n  kind: processes\n")
+    env.pop("KBFLOW__EMBEDDER__BACKEND", None)  # the suite's MiniLM pin would override the config's backend
+    summary = _kbflow("ingest", str(docs), *kb, env=env, cwd=tmp_path)
     assert summary["documents"]["new"] == 2 and summary["documents"]["failed"] == 0, summary
     meta = __import__("json").loads((tmp_path / "kb" / "state" / "default" / "namespace.json").read_text())
     assert meta["model_id"] == "toy:words-256" and meta["dimension"] == 256
-    found = _kbflow("search", "celadon glaze kiln", "--data-dir", str(tmp_path / "kb"), "--config", str(config),
-                    "--mode", "vector", "--limit", "1", env=env, cwd=tmp_path)
+    found = _kbflow("search", "celadon glaze kiln", *kb, "--mode", "vector", "--limit", "1", env=env, cwd=tmp_path)
     assert found[0]["source_path"].endswith("kiln.md"), found
     # the section with another setting is another model: the namespace's recorded one is named, not mixed in
     other = tmp_path / "other.yaml"
@@ -353,19 +358,8 @@ def test_a_store_kind_from_one_module_holds_an_ingest_that_searches_find(plugins
     """A new process accepts ``store.kind: toystore`` once the plugin is installed; an ingest on the processes runner
     writes its chunks there (and nothing to LanceDB's table), hybrid and filtered searches read them, an update
     replaces a changed document's chunks, and `kbflow verify` finds the namespace consistent."""
-    import os
-
-    from tests.flows.conftest import subprocess_env
-
     install_plugin(plugins, "toystore", TOY_STORE, group="kbflow.stores")
-    docs = tmp_path / "docs"
-    docs.mkdir()
-    (docs / "kiln.md").write_text("# Kiln\n\nThe kiln fires celadon glaze at 1280 degrees.\n")
-    (docs / "garden.md").write_text("# Garden\n\nTomatoes want sun and water every morning.\n")
-    config = tmp_path / "toy.yaml"
-    config.write_text("store:\n  kind: toystore\nrunner:\n  kind: processes\n")
-    env = subprocess_env(PYTHONPATH=os.pathsep.join([str(plugins), os.environ.get("PYTHONPATH", "")]))
-    kb = ["--data-dir", str(tmp_path / "kb"), "--config", str(config)]
+    docs, kb, env = _toy_setup(plugins, tmp_path, "store:\n  kind: toystore\nrunner:\n  kind: processes\n")
     summary = _kbflow("ingest", str(docs), *kb, env=env, cwd=tmp_path)
     assert summary["documents"]["new"] == 2 and summary["documents"]["failed"] == 0, summary
     assert (tmp_path / "kb" / "toystore" / "default.parquet").is_file()
