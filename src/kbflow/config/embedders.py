@@ -8,7 +8,7 @@ the optional modules it needs (``required_modules``, checked at start) and, for 
 prefixes are fixed, why (``fixed_prefixes``). The config union, the backend names of the Run forms, ``check_config``
 and how an embedder travels to another process are derived from these sections. The built-in sections are below;
 a plugin package adds one through the entry point group ``kbflow.embedders`` (a module whose ``SECTION`` is an
-``EmbedderSection`` subclass), found when this module is first imported.
+``EmbedderSection`` subclass), read the first time a config names a backend that is not built in.
 
 A config written before the sections existed (connection settings flat under ``embedder``) still loads and means the
 same: ``migrate_flat_keys`` moves them, and says once per process which old key became which new one.
@@ -88,7 +88,6 @@ class EmbedderSection(_Section):
     def recorded_settings(cls, model_id: str) -> dict[str, Any]:
         """Settings beyond the backend that a model id of this backend's records (e5: its precision)."""
         return {}
-
 
 
 class _Threads(BaseModel):
