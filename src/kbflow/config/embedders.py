@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import sys
 from functools import lru_cache
-from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Annotated, Any, Callable, ClassVar, Literal, Union
 
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, SerializeAsAny, Tag, TypeAdapter,
@@ -27,6 +26,7 @@ from pydantic_core import PydanticCustomError
 
 from kbflow.config.connection import RemoteConnection
 from kbflow.core.errors import ConfigError
+from kbflow.core.plugins import load_plugins
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -255,13 +255,7 @@ _BUILTIN = {_backend_name(section): section for section in BUILTIN_SECTIONS}
 def _plugin_sections() -> list[type[EmbedderSection]]:
     """The sections of installed backend plugins, each checked; a broken one is one error naming it."""
     found = []
-    for point in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda point: point.name):
-        origin = f"embedding backend plugin {point.name!r} ({point.value})"
-        try:
-            loaded = point.load()
-        except Exception as exc:  # a broken plugin names itself, never a traceback
-            raise ConfigError(f"{origin} does not load: {type(exc).__name__}: {exc}; reinstall it, or uninstall "
-                              "its package") from exc
+    for _name, origin, loaded in load_plugins(ENTRY_POINT_GROUP, "embedding backend plugin"):
         section = getattr(loaded, "SECTION", loaded)
         if not (isinstance(section, type) and issubclass(section, EmbedderSection)) or not getattr(
                 section, "builder", ""):

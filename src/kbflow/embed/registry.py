@@ -1,6 +1,6 @@
 """Build the embedder a config section names: its ``builder`` class (``"module:Class"``, declared by the section in
-``kbflow.config.embedders``) is imported only now, and ``Class.from_section(section)`` builds it. The embedder
-keeps its section, so it travels to another process as that section (``Embedder.__reduce__`` in ``base``)."""
+``kbflow.config.embedders``) is imported only now, and ``Class.from_section(section)`` builds it.
+``kbflow.embed.factory`` then gives it its recipe (its section), by which it travels to another process."""
 
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ def build_embedder(config: EmbedderConfig) -> Embedder:
         from kbflow.embed.choice import for_namespace
 
         config = for_namespace(config, None)
-    if config.backend not in embedder_sections():
-        raise ConfigError(f"embedder.backend {config.backend!r} is unknown; use one of {sorted(embedder_sections())}")
+    sections = embedder_sections()
+    if config.backend not in sections:
+        raise ConfigError(f"embedder.backend {config.backend!r} is unknown; use one of {sorted(sections)}")
     module, _, name = type(config).builder.partition(":")
     try:
         cls = getattr(importlib.import_module(module), name)

@@ -586,8 +586,7 @@ def _embed(run: Run, chunks: pa.Table, cached: dict[str, np.ndarray]) -> tuple[d
     config = run.config
     keys, texts = embed_inputs(chunks)
     _, cache, _ = run.writing()
-    cached = {key: cached[key] for key in keys if key in cached}
-    cached.update(cache.lookup([key for key in keys if key in run.sent and key not in cached]))
+    cached = {**cached, **cache.lookup([key for key in keys if key in run.sent and key not in cached])}
     counter = progress.counting_now()
     settled = [0]
 

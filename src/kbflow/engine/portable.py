@@ -1,10 +1,11 @@
 """Pickling recipes for what crosses process boundaries when tasks run in a process pool or on Dask workers.
 
 A model, a LanceDB connection or a Qdrant client cannot be pickled (locks, native handles); they are sent as
-the arguments that build them (a store as its kind declares, ``kbflow.stores.kinds``). An embedder carries its own recipe, its config section (``BaseEmbedder.recipe``,
-set by ``kbflow.embed.factory``), and is built once per worker process (it loads once, not per task); store
-connections are opened fresh for each task, since other processes write between tasks, with every setting
-the config gave the store (its index and search settings, an ingest's deferred vector index).
+the arguments that build them: a store as its kind declares (``kbflow.stores.kinds``); an embedder by its own
+recipe, its config section (``BaseEmbedder.recipe``, set by ``kbflow.embed.factory``), built once per worker
+process (it loads once, not per task). Store connections are opened fresh for each task, since other processes
+write between tasks, with every setting the config gave the store (its index and search settings, an ingest's
+deferred vector index).
 Registered through ``copyreg``, which pickle and cloudpickle both consult, so the classes stay untouched.
 """
 

@@ -28,8 +28,8 @@ Namespace = Annotated[str, Field(pattern=NAMESPACE_RE.pattern)]
 
 YAML_FILE = r"\.ya?ml$"
 
-# the backends a namespace can be switched to: the registry's (kbflow.config.embedders.embed_backends(), plugins included)
-# without 'auto', which names no model; as a type, a drop-down in the UI that the server checks too
+# the backends a namespace can be switched to: the registry's (kbflow.config.embedders.embed_backends(), plugins
+# included) without 'auto', which names no model; as a type, a drop-down in the UI that the server checks too
 if TYPE_CHECKING:
     EmbedBackend = str
 else:

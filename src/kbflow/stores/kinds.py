@@ -13,12 +13,12 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib.metadata import entry_points
 from typing import Any
 
 from kbflow.config import KbConfig
 from kbflow.config.schema import BUILTIN_STORE_KINDS, STORE_ENTRY_POINT_GROUP
 from kbflow.core.errors import ConfigError
+from kbflow.core.plugins import load_plugins
 
 
 @dataclass(frozen=True)
@@ -47,17 +47,11 @@ def store_kinds() -> dict[str, StoreKind]:
     """Every store kind by name, built-in ones first; a plugin that does not load is one error naming it."""
     kinds = {name: _declared(importlib.import_module(f"kbflow.stores.{name}_store"), name)
              for name in BUILTIN_STORE_KINDS}
-    for point in sorted(entry_points(group=STORE_ENTRY_POINT_GROUP), key=lambda point: point.name):
-        origin = f"store plugin {point.name!r} ({point.value})"
-        if point.name in kinds:
+    for name, origin, loaded in load_plugins(STORE_ENTRY_POINT_GROUP, "store plugin"):
+        if name in kinds:
             raise ConfigError(f"{origin} is named as a built-in store kind; uninstall its package")
-        try:
-            loaded = point.load()
-        except Exception as exc:  # a broken plugin names itself, never a traceback
-            raise ConfigError(f"{origin} does not load: {type(exc).__name__}: {exc}; reinstall it, or uninstall "
-                              "its package") from exc
         kind = _declared(loaded, origin)
-        if kind.name != point.name:
+        if kind.name != name:
             raise ConfigError(f"{origin} declares the kind {kind.name!r}; its entry point and KIND must name it alike")
         kinds[kind.name] = kind
     return kinds

@@ -11,13 +11,13 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from functools import lru_cache
-from importlib.metadata import entry_points
 from pathlib import PurePosixPath
 from typing import NamedTuple
 
 from kbflow.config import ConvertConfig
 from kbflow.convert.formats.base import Format
 from kbflow.core.errors import ConfigError
+from kbflow.core.plugins import load_plugins
 
 ENTRY_POINT_GROUP = "kbflow.formats"
 
@@ -46,14 +46,8 @@ def registry() -> Registry:
     package = importlib.import_module(__package__)
     builtin = [fmt for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda info: info.name)
                for fmt in _declared(importlib.import_module(f"{__package__}.{info.name}"), info.name)]
-    plugins = []
-    for point in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda point: point.name):
-        try:
-            loaded = point.load()
-        except Exception as exc:  # a broken plugin names itself, never a traceback
-            raise ConfigError(f"format plugin {point.name!r} ({point.value}) does not load: {type(exc).__name__}: "
-                              f"{exc}; reinstall it, or uninstall its package") from exc
-        plugins += _declared(loaded, f"format plugin {point.name!r} ({point.value})")
+    plugins = [fmt for _name, origin, loaded in load_plugins(ENTRY_POINT_GROUP, "format plugin")
+               for fmt in _declared(loaded, origin)]
     found = Registry(tuple(builtin), tuple(plugins))
     _check(found.all)
     return found
